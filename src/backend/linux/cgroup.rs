@@ -1,0 +1,169 @@
+//! The cgroup layer (root only): one cgroup per session for memory (no swap), pids and cpu,
+//! on cgroup v2 (`/sys/fs/cgroup` unified) or v1 (per-controller hierarchies). The host creates it
+//! and sets the limits; the helper joins it as its first step; dropping the lease kills what is
+//! left in it and removes it.
+
+use crate::policy::Limits;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    V1,
+    V2,
+}
+
+/// Which cgroup version this host offers to us, if we can write it.
+pub fn detect() -> Option<Version> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return None;
+    }
+    let root = Path::new("/sys/fs/cgroup");
+    if root.join("cgroup.controllers").exists() {
+        let c = std::fs::read_to_string(root.join("cgroup.controllers")).unwrap_or_default();
+        return (c.contains("memory") && c.contains("pids")).then_some(Version::V2);
+    }
+    (root.join("memory/memory.limit_in_bytes").exists() && root.join("pids").is_dir()).then_some(Version::V1)
+}
+
+/// A session's cgroup(s); removed on drop.
+#[derive(Debug)]
+pub struct Cgroup {
+    view: CgroupView,
+}
+
+/// The cgroup's directories, to query and kill; does not remove anything when dropped.
+#[derive(Debug, Clone)]
+pub struct CgroupView {
+    version: Version,
+    dirs: Vec<PathBuf>,
+}
+
+fn write(p: &Path, v: &str) -> std::io::Result<()> {
+    std::fs::write(p, v).map_err(|e| std::io::Error::new(e.kind(), format!("write {v:?} to {}: {e}", p.display())))
+}
+
+impl Cgroup {
+    /// Creates the session's cgroup with `limits`.
+    pub fn create(version: Version, name: &str, limits: &Limits) -> std::io::Result<Cgroup> {
+        let root = Path::new("/sys/fs/cgroup");
+        let mem = (limits.memory_mb * 1024 * 1024).to_string();
+        let period = 100_000u64;
+        let quota = ((limits.cpus * period as f64) as u64).max(1000);
+        match version {
+            Version::V2 => {
+                let parent = root.join("sandpit");
+                std::fs::create_dir_all(&parent)?;
+                // Controllers must be enabled top-down; errors here surface on the writes below.
+                let _ = write(&root.join("cgroup.subtree_control"), "+memory +pids +cpu");
+                let _ = write(&parent.join("cgroup.subtree_control"), "+memory +pids +cpu");
+                let dir = parent.join(name);
+                std::fs::create_dir_all(&dir)?;
+                let cg = Cgroup { view: CgroupView { version, dirs: vec![dir.clone()] } };
+                write(&dir.join("memory.max"), &mem)?;
+                let _ = write(&dir.join("memory.swap.max"), "0");
+                write(&dir.join("pids.max"), &limits.pids.to_string())?;
+                let _ = write(&dir.join("cpu.max"), &format!("{quota} {period}"));
+                Ok(cg)
+            }
+            Version::V1 => {
+                let mut cg = Cgroup { view: CgroupView { version, dirs: vec![] } };
+                for ctl in ["memory", "pids", "cpu"] {
+                    let base = root.join(ctl);
+                    if !base.is_dir() {
+                        continue;
+                    }
+                    let dir = base.join("sandpit").join(name);
+                    std::fs::create_dir_all(&dir)?;
+                    cg.view.dirs.push(dir.clone());
+                    match ctl {
+                        "memory" => {
+                            write(&dir.join("memory.limit_in_bytes"), &mem)?;
+                            let memsw = dir.join("memory.memsw.limit_in_bytes");
+                            if memsw.exists() {
+                                write(&memsw, &mem)?;
+                            }
+                        }
+                        "pids" => write(&dir.join("pids.max"), &limits.pids.to_string())?,
+                        _ => {
+                            let _ = write(&dir.join("cpu.cfs_period_us"), &period.to_string());
+                            let _ = write(&dir.join("cpu.cfs_quota_us"), &quota.to_string());
+                        }
+                    }
+                }
+                Ok(cg)
+            }
+        }
+    }
+
+    /// The `cgroup.procs` files the helper writes itself into.
+    pub fn procs_files(&self) -> Vec<PathBuf> {
+        self.view.dirs.iter().map(|d| d.join("cgroup.procs")).collect()
+    }
+
+    pub fn view(&self) -> CgroupView {
+        self.view.clone()
+    }
+
+    pub fn kill_all(&self) {
+        self.view.kill_all()
+    }
+}
+
+impl CgroupView {
+    /// How many times the OOM killer ended a process here.
+    pub fn oom_kills(&self) -> u64 {
+        let file = match self.version {
+            Version::V2 => "memory.events",
+            Version::V1 => "memory.oom_control",
+        };
+        self.dirs
+            .iter()
+            .filter_map(|d| std::fs::read_to_string(d.join(file)).ok())
+            .flat_map(|t| {
+                t.lines()
+                    .filter_map(|l| l.strip_prefix("oom_kill ").and_then(|n| n.trim().parse::<u64>().ok()))
+                    .collect::<Vec<_>>()
+            })
+            .sum()
+    }
+
+    /// Kills every process still in the cgroup.
+    pub fn kill_all(&self) {
+        for d in &self.dirs {
+            if self.version == Version::V2 && write(&d.join("cgroup.kill"), "1").is_ok() {
+                continue;
+            }
+            if let Ok(t) = std::fs::read_to_string(d.join("cgroup.procs")) {
+                for pid in t.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                    // SAFETY: kill has no memory effects; a stale pid at worst gets ESRCH.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        let dirs = std::mem::take(&mut self.view.dirs);
+        // Processes take a moment to leave after SIGKILL; remove the directories off-thread.
+        std::thread::spawn(move || {
+            for _ in 0..100 {
+                let left: Vec<_> = dirs.iter().filter(|d| std::fs::remove_dir(d).is_err() && d.exists()).collect();
+                if left.is_empty() {
+                    return;
+                }
+                for d in &left {
+                    if let Ok(t) = std::fs::read_to_string(d.join("cgroup.procs")) {
+                        for pid in t.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                            // SAFETY: as above.
+                            unsafe { libc::kill(pid, libc::SIGKILL) };
+                        }
+                    }
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        });
+    }
+}

@@ -1,0 +1,220 @@
+//! The helper stage: `sandpit __sandbox-helper PLAN_JSON`, re-invoked by the host with the PTY on
+//! fds 0-1, the stderr pipe on fd 2, requests on fd 3 and responses on fd 4. It applies the
+//! confinement in one ordered sequence, then execs the interpreter. Each step that fails ends the
+//! helper with its own exit code and a `{"helper_error": …}` line on fd 4, so the host can say
+//! exactly what could not be applied: sandpit fails closed, never silently weaker.
+//!
+//! This runs single-threaded, before any runtime starts, so `fork` here is safe; everything the
+//! final `execve` needs is prepared before the last fork.
+
+use super::plan::LinuxPlan;
+use super::{landlock_rules, mounts, seccomp};
+use nix::sched::{unshare, CloneFlags};
+use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::{fork, ForkResult, Gid, Pid, Uid};
+use std::ffi::CString;
+use std::io::Write;
+use std::os::fd::FromRawFd;
+
+/// The steps, with their exit codes.
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    Plan = 70,
+    Setup = 71,
+    Cgroup = 72,
+    Namespaces = 73,
+    Mounts = 74,
+    Privileges = 75,
+    Rlimits = 76,
+    Landlock = 77,
+    Seccomp = 78,
+    Exec = 79,
+}
+
+const RESPONSE_FD: i32 = 4;
+
+fn write_fd(fd: i32, bytes: &[u8]) {
+    // SAFETY: fd is one of the descriptors the host passed (2 or 4); ManuallyDrop keeps it open.
+    let mut f = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(fd) });
+    let _ = f.write_all(bytes);
+}
+
+fn fail(step: Step, message: impl std::fmt::Display) -> ! {
+    let name = format!("{step:?}").to_lowercase();
+    let line = serde_json::json!({"helper_error": {"step": name, "message": message.to_string()}});
+    write_fd(RESPONSE_FD, format!("{line}\n").as_bytes());
+    write_fd(2, format!("sandpit: sandbox setup failed at {name}: {message}\n").as_bytes());
+    std::process::exit(step as i32)
+}
+
+extern "C" fn ignore_signal(_: libc::c_int) {}
+
+/// SIGINT is how the host interrupts a cell: aimed at the whole process group, it must reach the
+/// interpreter but not end the helper or the PID-namespace init. A handler (not SIG_IGN, which
+/// exec would inherit) does that: handlers reset to the default at exec.
+fn survive_interrupts() -> nix::Result<()> {
+    let act = SigAction::new(SigHandler::Handler(ignore_signal), SaFlags::SA_RESTART, SigSet::empty());
+    // SAFETY: the handler does nothing, so it is async-signal-safe.
+    unsafe { sigaction(Signal::SIGINT, &act) }.map(|_| ())
+}
+
+fn die_with_parent() -> nix::Result<()> {
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
+}
+
+/// Waits for `child` and exits with its status (128 + signal when it was killed).
+fn exit_like(child: Pid) -> ! {
+    loop {
+        match waitpid(Pid::from_raw(-1), None) {
+            Ok(WaitStatus::Exited(pid, code)) if pid == child => std::process::exit(code),
+            Ok(WaitStatus::Signaled(pid, sig, _)) if pid == child => std::process::exit(128 + sig as i32),
+            Ok(_) => continue,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => std::process::exit(Step::Exec as i32),
+        }
+    }
+}
+
+/// Entry point of the helper stage.
+pub fn main(plan_json: &str) -> ! {
+    let plan: LinuxPlan = serde_json::from_str(plan_json).unwrap_or_else(|e| fail(Step::Plan, e));
+
+    // 1. Process hygiene. We are already a session leader with the PTY as controlling terminal
+    //    (done by the host's spawn). Die with the host; survive interrupts meant for the code;
+    //    close every inherited descriptor but 0-4 so nothing of the host leaks in.
+    die_with_parent().unwrap_or_else(|e| fail(Step::Setup, format!("PR_SET_PDEATHSIG: {e}")));
+    survive_interrupts().unwrap_or_else(|e| fail(Step::Setup, format!("sigaction(SIGINT): {e}")));
+    // SAFETY: close_range on descriptors >= 5 touches no memory; Rust holds none of them here.
+    if unsafe { libc::syscall(libc::SYS_close_range, 5u32, u32::MAX, 0u32) } != 0 {
+        fail(Step::Setup, format!("close_range: {}", std::io::Error::last_os_error()));
+    }
+
+    // 2. cgroup (root): join the session's memory/pids/cpu cgroups before anything forks, so
+    //    every descendant is counted.
+    for procs in &plan.cgroup_procs {
+        std::fs::write(procs, "0").unwrap_or_else(|e| fail(Step::Cgroup, format!("join {}: {e}", procs.display())));
+    }
+
+    // 3. Namespaces. Unprivileged, the user namespace comes first (unshare handles it first) and
+    //    grants the capabilities the mounts need; we map only our own uid and gid, so nothing
+    //    inside is root on the host and files in the workspace keep their owner.
+    let ns = plan.namespaces;
+    let mut flags = CloneFlags::empty();
+    for (on, f) in [
+        (ns.user, CloneFlags::CLONE_NEWUSER),
+        (ns.mount, CloneFlags::CLONE_NEWNS),
+        (ns.pid, CloneFlags::CLONE_NEWPID),
+        (ns.net, CloneFlags::CLONE_NEWNET),
+        (ns.ipc, CloneFlags::CLONE_NEWIPC),
+        (ns.uts, CloneFlags::CLONE_NEWUTS),
+    ] {
+        if on {
+            flags |= f;
+        }
+    }
+    if !flags.is_empty() {
+        unshare(flags).unwrap_or_else(|e| fail(Step::Namespaces, format!("unshare({flags:?}): {e}")));
+    }
+    if let Some((uid, gid)) = plan.id_map {
+        let write = |file: &str, text: String| {
+            std::fs::write(file, text).unwrap_or_else(|e| fail(Step::Namespaces, format!("write {file}: {e}")))
+        };
+        write("/proc/self/setgroups", "deny".into());
+        write("/proc/self/uid_map", format!("{uid} {uid} 1"));
+        write("/proc/self/gid_map", format!("{gid} {gid} 1"));
+    }
+
+    // 4. PID namespace: only children enter it. The parent stays outside as a plain waiter that
+    //    reports the exit status; the child becomes PID 1, whose exit kills everything inside.
+    if ns.pid {
+        // SAFETY: single-threaded process (the helper starts no threads), so fork is safe.
+        match unsafe { fork() } {
+            Ok(ForkResult::Parent { child }) => {
+                for fd in 0..=4 {
+                    // SAFETY: the waiter needs none of the session's descriptors; closing its
+                    // copies lets the host see EOF as soon as the sandbox is gone.
+                    unsafe { libc::close(fd) };
+                }
+                exit_like(child)
+            }
+            Ok(ForkResult::Child) => {
+                die_with_parent().unwrap_or_else(|e| fail(Step::Setup, format!("PR_SET_PDEATHSIG: {e}")));
+            }
+            Err(e) => fail(Step::Namespaces, format!("fork into the PID namespace: {e}")),
+        }
+    }
+
+    // 5. Filesystem view: the sandbox's own root (needs the mount namespace; must precede
+    //    Landlock, which forbids mount changes once enforced).
+    if let Some(root) = &plan.root {
+        mounts::enter_root(root).unwrap_or_else(|e| fail(Step::Mounts, e));
+    }
+    if ns.uts {
+        nix::unistd::sethostname("sandpit").unwrap_or_else(|e| fail(Step::Namespaces, format!("sethostname: {e}")));
+    }
+
+    // 6. Privileges. Empty the capability bounding set, then (as root) become the session's own
+    //    uid: setgroups first, gid before uid, since each needs the privilege the next removes.
+    for cap in 0..=63 {
+        // SAFETY: PR_CAPBSET_DROP takes integer arguments only; EINVAL past the last cap is fine.
+        unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) };
+    }
+    if let Some((uid, gid)) = plan.drop_to {
+        nix::unistd::setgroups(&[]).unwrap_or_else(|e| fail(Step::Privileges, format!("setgroups: {e}")));
+        let (g, u) = (Gid::from_raw(gid), Uid::from_raw(uid));
+        nix::unistd::setresgid(g, g, g).unwrap_or_else(|e| fail(Step::Privileges, format!("setresgid({gid}): {e}")));
+        nix::unistd::setresuid(u, u, u).unwrap_or_else(|e| fail(Step::Privileges, format!("setresuid({uid}): {e}")));
+        if nix::unistd::setresuid(Uid::from_raw(0), Uid::from_raw(0), Uid::from_raw(0)).is_ok() {
+            fail(Step::Privileges, "could regain root after dropping it");
+        }
+    }
+
+    // 7. rlimits, after the uid change (RLIMIT_NPROC counts the new uid's processes).
+    for r in &plan.rlimits {
+        r.apply().unwrap_or_else(|e| fail(Step::Rlimits, e));
+    }
+
+    // 8. Landlock: the paths as the sandbox now sees them. Also sets no_new_privs.
+    let landlock = landlock_rules::apply(&plan.landlock).unwrap_or_else(|e| fail(Step::Landlock, e));
+
+    // 9. no_new_privs, then seccomp last: the filters would otherwise refuse the steps above.
+    nix::sys::prctl::set_no_new_privs().unwrap_or_else(|e| fail(Step::Seccomp, format!("PR_SET_NO_NEW_PRIVS: {e}")));
+    let arch = seccomp::native_arch().unwrap_or_else(|e| fail(Step::Seccomp, e));
+    let filters = seccomp::compile(arch, plan.deny_network).unwrap_or_else(|e| fail(Step::Seccomp, e));
+    seccomp::install(&filters).unwrap_or_else(|e| fail(Step::Seccomp, e));
+
+    // 10. Tell the host what is in force, then exec the interpreter with a clean environment.
+    let report = serde_json::json!({"layers": {
+        "namespaces": ns, "root": plan.root.is_some(), "uid": nix::unistd::getuid().as_raw(),
+        "landlock": landlock, "seccomp_filters": filters.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>(),
+        "cgroup": !plan.cgroup_procs.is_empty(), "rlimits": plan.rlimits,
+    }});
+    write_fd(RESPONSE_FD, format!("{report}\n").as_bytes());
+    let cstr = |s: &str| CString::new(s).unwrap_or_else(|_| fail(Step::Exec, "NUL byte in argv or env"));
+    let argv: Vec<CString> = plan.argv.iter().map(|a| cstr(a)).collect();
+    let env: Vec<CString> = plan.env.iter().map(|(k, v)| cstr(&format!("{k}={v}"))).collect();
+    let Some(program) = argv.first().cloned() else { fail(Step::Exec, "empty argv") };
+    std::env::set_current_dir(&plan.cwd).unwrap_or_else(|e| fail(Step::Exec, format!("chdir {}: {e}", plan.cwd.display())));
+
+    if ns.pid {
+        // PID 1 must stay to reap orphans; the interpreter runs as its child.
+        // SAFETY: single-threaded; the child only calls execve (and exits on failure).
+        match unsafe { fork() } {
+            Ok(ForkResult::Child) => {
+                let e = nix::unistd::execve(&program, &argv, &env).unwrap_err();
+                fail(Step::Exec, format!("execve {}: {e}", plan.argv[0]))
+            }
+            Ok(ForkResult::Parent { child }) => {
+                for fd in 0..=4 {
+                    // SAFETY: closing our copies of the session's descriptors; only the child uses them.
+                    unsafe { libc::close(fd) };
+                }
+                exit_like(child)
+            }
+            Err(e) => fail(Step::Exec, format!("fork the interpreter: {e}")),
+        }
+    }
+    let e = nix::unistd::execve(&program, &argv, &env).unwrap_err();
+    fail(Step::Exec, format!("execve {}: {e}", plan.argv[0]))
+}

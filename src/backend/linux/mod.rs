@@ -1,0 +1,273 @@
+//! The native Linux backend: namespaces where the host allows them, a cgroup per session where
+//! one is writable, rlimits, a dedicated uid as root, Landlock, no_new_privs and seccomp-bpf,
+//! applied by the helper stage (`helper.rs`) of this same binary before it execs the interpreter.
+//!
+//! Host side (this file): probe the kernel, prepare the session's directories, uid and cgroup,
+//! build the [`plan::LinuxPlan`] and spawn the helper on a fresh PTY.
+
+pub mod cgroup;
+pub mod helper;
+pub mod landlock_rules;
+pub mod mounts;
+pub mod plan;
+pub mod rlimits;
+pub mod seccomp;
+pub mod uid;
+
+use super::{Availability, BackendKind, BoxFuture, LaunchSpec, Launched};
+use crate::error::{Error, Result};
+use crate::policy::Policy;
+use plan::{BindKind, HostFacts, SessionDirs};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// The hidden subcommands of the helper stage.
+pub const HELPER_ARG: &str = "__sandbox-helper";
+pub const PROBE_ARG: &str = "__sandbox-probe";
+
+/// What a throwaway child found when it tried the namespaces (see [`probe_main`]).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NamespaceProbe {
+    pub ok: bool,
+    pub detail: String,
+}
+
+/// Runs in a throwaway child process: can we unshare the namespaces and mount in them?
+pub fn probe_main() -> ! {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let outcome = (|| -> std::result::Result<String, String> {
+        use nix::sched::CloneFlags as F;
+        let mut flags = F::CLONE_NEWNS | F::CLONE_NEWPID | F::CLONE_NEWNET | F::CLONE_NEWIPC | F::CLONE_NEWUTS;
+        if !root {
+            flags |= F::CLONE_NEWUSER;
+        }
+        nix::sched::unshare(flags).map_err(|e| format!("unshare: {e}"))?;
+        use nix::mount::{mount, MsFlags};
+        mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
+            .map_err(|e| format!("mount --make-rprivate /: {e}"))?;
+        mount(Some("tmpfs"), "/tmp", Some("tmpfs"), MsFlags::empty(), Some("size=1m"))
+            .map_err(|e| format!("mount tmpfs: {e}"))?;
+        Ok(if root { "mount, pid, net, ipc, uts namespaces (as root)" } else { "user, mount, pid, net, ipc, uts namespaces (unprivileged)" }.into())
+    })();
+    let p = match outcome {
+        Ok(detail) => NamespaceProbe { ok: true, detail },
+        Err(detail) => NamespaceProbe { ok: false, detail },
+    };
+    println!("{}", serde_json::to_string(&p).unwrap_or_default());
+    std::process::exit(0)
+}
+
+fn probe_namespaces(helper: &Path) -> NamespaceProbe {
+    static CACHE: OnceLock<NamespaceProbe> = OnceLock::new();
+    CACHE
+        .get_or_init(|| {
+            let out = std::process::Command::new(helper).arg(PROBE_ARG).env_clear().output();
+            match out {
+                Ok(o) => serde_json::from_slice(&o.stdout).unwrap_or_else(|_| NamespaceProbe {
+                    ok: false,
+                    detail: format!("probe failed: {}", String::from_utf8_lossy(&o.stderr).trim()),
+                }),
+                Err(e) => NamespaceProbe { ok: false, detail: format!("cannot run {}: {e}", helper.display()) },
+            }
+        })
+        .clone()
+}
+
+fn seccomp_available() -> bool {
+    // SAFETY: PR_GET_SECCOMP takes no pointer; it returns the current mode or fails with EINVAL
+    // when the kernel has no seccomp.
+    unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) >= 0 }
+}
+
+/// Whether the native backend can run here, with every layer's state.
+pub fn availability(policy: &Policy, helper: &Path) -> Availability {
+    let ns = probe_namespaces(helper);
+    let abi = landlock_rules::kernel_abi();
+    let seccomp = seccomp_available();
+    let cg = cgroup::detect();
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let mut facts = vec![
+        ("kernel".to_string(), nix::sys::utsname::uname().map(|u| u.release().to_string_lossy().into_owned()).unwrap_or_default()),
+        ("running as".into(), if root { "root: sessions drop to their own uid".into() } else { "unprivileged user".to_string() }),
+        ("namespaces".into(), if ns.ok { ns.detail.clone() } else { format!("unavailable: {}", ns.detail) }),
+        (
+            "landlock".into(),
+            match abi {
+                0 => "unavailable (kernel without Landlock, or disabled at boot)".to_string(),
+                1..=3 => format!("ABI {abi}: filesystem only (no TCP rules, no scoping)"),
+                4 | 5 => format!("ABI {abi}: filesystem and TCP (no scoping)"),
+                _ => format!("ABI {abi}: filesystem, TCP, abstract-socket and signal scoping"),
+            },
+        ),
+        ("seccomp".into(), if seccomp { "available".into() } else { "unavailable".into() }),
+        (
+            "cgroup".into(),
+            match cg {
+                Some(v) => format!("{v:?}: memory, pids and cpu per session"),
+                None if root => "no writable memory+pids cgroup: rlimits only".into(),
+                None => "not as an unprivileged user: rlimits only (RLIMIT_AS/DATA, NPROC per user namespace)".into(),
+            },
+        ),
+    ];
+    for lang in crate::types::Language::ALL {
+        let p = policy.interpreters.path(lang);
+        facts.push((format!("{lang} interpreter"), if p.is_file() { p.display().to_string() } else { format!("{} (missing)", p.display()) }));
+    }
+    let (available, detail) = if !seccomp {
+        (false, "seccomp is unavailable: refusing to run without a syscall filter".to_string())
+    } else if !ns.ok && abi == 0 {
+        (false, "neither namespaces nor Landlock are available: the filesystem cannot be confined".to_string())
+    } else if ns.ok {
+        (true, format!("own root via namespaces, {}", if abi > 0 { "Landlock, seccomp" } else { "seccomp (no Landlock)" }))
+    } else {
+        (true, "Landlock + seccomp without namespaces (processes of the host stay visible in /proc is prevented by Landlock)".to_string())
+    };
+    Availability { backend: BackendKind::Linux, available, detail, facts }
+}
+
+/// The native Linux backend.
+pub struct LinuxBackend {
+    policy: Policy,
+    helper: PathBuf,
+}
+
+impl LinuxBackend {
+    pub fn new(policy: Policy, helper: PathBuf) -> Self {
+        LinuxBackend { policy, helper }
+    }
+}
+
+fn bind_kind(p: &Path) -> Option<BindKind> {
+    let meta = std::fs::symlink_metadata(p).ok()?;
+    if meta.file_type().is_symlink() {
+        return std::fs::read_link(p).ok().map(BindKind::Symlink);
+    }
+    Some(if meta.is_dir() { BindKind::Dir } else { BindKind::File })
+}
+
+fn random_name() -> Result<String> {
+    Ok(crate::pipeline::wrapper::new_nonce()?[..16].to_string())
+}
+
+fn mkdir(p: &Path, mode: u32) -> Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new().recursive(true).mode(mode).create(p).map_err(|e| Error::io(format!("create {}", p.display()), e))?;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).map_err(|e| Error::io(format!("chmod {}", p.display()), e))
+}
+
+fn chown(p: &Path, uid: u32, gid: u32) -> Result<()> {
+    std::os::unix::fs::chown(p, Some(uid), Some(gid)).map_err(|e| Error::io(format!("chown {}", p.display()), e))
+}
+
+impl super::Backend for LinuxBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Linux
+    }
+
+    fn launch<'a>(&'a self, spec: &'a LaunchSpec) -> BoxFuture<'a, Result<Launched>> {
+        Box::pin(async move { self.launch_now(spec) })
+    }
+}
+
+impl LinuxBackend {
+    fn launch_now(&self, spec: &LaunchSpec) -> Result<Launched> {
+        let ns = probe_namespaces(&self.helper);
+        // SAFETY: geteuid/getegid have no preconditions.
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        let is_root = uid == 0;
+
+        // Session directories: <state>/sessions/<name>/{workspace,tmp,home,root}.
+        let name = random_name()?;
+        let sessions = spec.state_dir.join("sessions");
+        mkdir(&spec.state_dir, 0o711)?;
+        mkdir(&sessions, 0o711)?;
+        let base = sessions.join(&name);
+        mkdir(&base, if is_root { 0o711 } else { 0o700 })?;
+        let dirs = SessionDirs {
+            workspace: spec.workspace.clone().unwrap_or_else(|| base.join("workspace")),
+            tmp: base.join("tmp"),
+            home: base.join("home"),
+            root: base.join("root"),
+        };
+        let mut guard = SessionGuard { base: base.clone(), cgroup: None, uid: None };
+        for d in [&dirs.workspace, &dirs.tmp, &dirs.home, &dirs.root] {
+            if spec.workspace.as_ref() != Some(d) {
+                mkdir(d, 0o700)?;
+            }
+        }
+
+        let uid_lease = if is_root {
+            Some(uid::lease(&spec.state_dir, self.policy.linux.uid_base, self.policy.linux.uid_count).map_err(|e| Error::io("lease a sandbox uid", e))?)
+        } else {
+            None
+        };
+        let session_ids = uid_lease.as_ref().map(|l| (l.uid, l.uid));
+        if let Some((u, g)) = session_ids {
+            for d in [&dirs.workspace, &dirs.tmp, &dirs.home] {
+                chown(d, u, g)?;
+            }
+        }
+        guard.uid = uid_lease;
+        if let Some(v) = cgroup::detect() {
+            let cg = cgroup::Cgroup::create(v, &format!("s-{name}"), &spec.limits).map_err(|e| Error::io("create the session cgroup", e))?;
+            guard.cgroup = Some(cg);
+        }
+
+        let facts = HostFacts {
+            is_root,
+            uid,
+            gid,
+            namespaces: ns.ok,
+            landlock_abi: landlock_rules::kernel_abi(),
+            session_ids,
+            cgroup_procs: guard.cgroup.as_ref().map(|c| c.procs_files()).unwrap_or_default(),
+        };
+        if !ns.ok && facts.landlock_abi == 0 {
+            return Err(Error::BackendUnavailable {
+                backend: "linux".into(),
+                reason: format!("no namespaces ({}) and no Landlock: the filesystem cannot be confined", ns.detail),
+            });
+        }
+        let plan = plan::build(spec, &dirs, &facts, &bind_kind);
+        let plan_json = serde_json::to_string(&plan).map_err(|e| Error::sandbox(format!("encode plan: {e}")))?;
+
+        tracing::debug!(session = %spec.session_id, backend = "linux", "starting sandbox");
+        let cg_oom = guard.cgroup.as_ref().map(|c| c.view());
+        let cg_kill = guard.cgroup.as_ref().map(|c| c.view());
+        super::pty_spawn::spawn(
+            super::pty_spawn::Program { path: self.helper.clone(), args: vec![HELPER_ARG.into(), plan_json], env: vec![], cwd: None },
+            super::pty_spawn::Extras {
+                guard: Box::new(guard),
+                oom_killed: cg_oom.map(|c| Box::new(move || c.oom_kills() > 0) as Box<dyn Fn() -> bool + Send + Sync>),
+                kill_all: cg_kill.map(|c| Box::new(move || c.kill_all()) as Box<dyn Fn() + Send + Sync>),
+                workspace: Some(dirs.workspace.clone()),
+            },
+        )
+    }
+}
+
+/// Cleans up a session's host state: its cgroup, its uid slot and its directory.
+struct SessionGuard {
+    base: PathBuf,
+    cgroup: Option<cgroup::Cgroup>,
+    uid: Option<uid::UidLease>,
+}
+
+impl Drop for SessionGuard {
+    fn drop(&mut self) {
+        if let Some(cg) = &self.cgroup {
+            cg.kill_all();
+        }
+        // The uid slot is released only after its processes are gone (their kill is synchronous
+        // for the helper; the PID namespace takes the rest down with it).
+        self.cgroup.take();
+        self.uid.take();
+        if let Err(e) = std::fs::remove_dir_all(&self.base) {
+            tracing::debug!(path = %self.base.display(), error = %e, "could not remove session directory");
+        }
+    }
+}
+

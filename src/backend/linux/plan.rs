@@ -1,0 +1,341 @@
+//! The launch plan: everything the helper stage needs, as data. [`build`] is a pure transform
+//! from the policy, the launch spec and what the host offers ([`HostFacts`]) to a [`LinuxPlan`];
+//! unit tests assert on the plan, and only `helper.rs` turns it into syscalls.
+
+use super::rlimits::Rlimit;
+use crate::backend::LaunchSpec;
+use crate::types::Language;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// Where the workspace, tmp and home appear inside the sandbox when it has its own root.
+pub const WORKSPACE: &str = "/workspace";
+pub const TMP: &str = "/tmp";
+pub const HOME: &str = "/home/sandbox";
+const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// What the host offers, found by the probe (and, for `bind_kind`, by looking at the host).
+#[derive(Debug, Clone)]
+pub struct HostFacts {
+    pub is_root: bool,
+    pub uid: u32,
+    pub gid: u32,
+    /// Unprivileged user namespaces (or, as root, plain namespaces) can be created.
+    pub namespaces: bool,
+    pub landlock_abi: i32,
+    /// As root: the uid/gid this session runs as.
+    pub session_ids: Option<(u32, u32)>,
+    /// `cgroup.procs` files the helper joins.
+    pub cgroup_procs: Vec<PathBuf>,
+}
+
+/// Which namespaces the helper unshares.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Namespaces {
+    pub user: bool,
+    pub mount: bool,
+    pub pid: bool,
+    pub net: bool,
+    pub ipc: bool,
+    pub uts: bool,
+}
+
+/// What a host path is, for building the sandbox root.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BindKind {
+    Dir,
+    File,
+    /// Recreated as a symlink with this target (e.g. `/bin -> usr/bin` on merged-/usr systems).
+    Symlink(PathBuf),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Bind {
+    pub src: PathBuf,
+    pub dst: PathBuf,
+    pub kind: BindKind,
+    pub writable: bool,
+}
+
+/// The sandbox's own root filesystem, built on a tmpfs and entered with `pivot_root`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RootPlan {
+    /// Host directory the new root is mounted on (empty, owned by the session).
+    pub mountpoint: PathBuf,
+    pub binds: Vec<Bind>,
+    pub tmp_size_mb: u64,
+    /// Contents of the sandbox's `/etc/passwd` and `/etc/group`.
+    pub passwd: String,
+    pub group: String,
+    /// Owner of `/home/sandbox`.
+    pub owner: (u32, u32),
+}
+
+/// Landlock rules (paths as the sandbox sees them) and scopes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LandlockPlan {
+    pub read_exec: Vec<PathBuf>,
+    pub read_write: Vec<PathBuf>,
+    /// Deny TCP bind/connect (Landlock ABI >= 4).
+    pub deny_tcp: bool,
+    /// When the filesystem has no other confinement, Landlock must be fully enforced.
+    pub required: bool,
+}
+
+/// Everything the helper stage does, in order (see `helper.rs`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LinuxPlan {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cwd: PathBuf,
+    pub cgroup_procs: Vec<PathBuf>,
+    pub namespaces: Namespaces,
+    /// Unprivileged: map our own uid/gid into the new user namespace.
+    pub id_map: Option<(u32, u32)>,
+    pub root: Option<RootPlan>,
+    /// As root: the uid/gid to drop to.
+    pub drop_to: Option<(u32, u32)>,
+    pub rlimits: Vec<Rlimit>,
+    pub landlock: LandlockPlan,
+    pub deny_network: bool,
+}
+
+/// The host paths of a session's directories.
+#[derive(Debug, Clone)]
+pub struct SessionDirs {
+    pub workspace: PathBuf,
+    pub tmp: PathBuf,
+    pub home: PathBuf,
+    pub root: PathBuf,
+}
+
+/// Builds the plan. `bind_kind` tells what a host path is (`None`: absent, skipped).
+pub fn build(
+    spec: &LaunchSpec,
+    dirs: &SessionDirs,
+    host: &HostFacts,
+    bind_kind: &dyn Fn(&Path) -> Option<BindKind>,
+) -> LinuxPlan {
+    let limits = &spec.limits;
+    let own_root = host.namespaces;
+    let (workspace, tmp, home) = if own_root {
+        (PathBuf::from(WORKSPACE), PathBuf::from(TMP), PathBuf::from(HOME))
+    } else {
+        (dirs.workspace.clone(), dirs.tmp.clone(), dirs.home.clone())
+    };
+    let (uid, gid) = host.session_ids.unwrap_or((host.uid, host.gid));
+
+    let mut argv: Vec<String> = spec.argv.clone();
+    let mb = 1024 * 1024;
+    let memory_limit = match spec.language {
+        Language::Javascript => {
+            // V8 reserves far more address space than it uses: bound its heap and its data.
+            argv.insert(1, format!("--max-old-space-size={}", (limits.memory_mb * 3 / 4).max(16)));
+            Rlimit::Data(limits.memory_mb * mb)
+        }
+        _ => Rlimit::AddressSpace(limits.memory_mb * mb),
+    };
+    let rlimits = vec![
+        memory_limit,
+        Rlimit::Processes(limits.pids),
+        Rlimit::FileSize(limits.file_size_mb * mb),
+        Rlimit::OpenFiles(limits.open_files),
+        Rlimit::Core(0),
+    ];
+
+    let mut env = vec![
+        ("PATH".to_string(), PATH.to_string()),
+        ("HOME".to_string(), home.display().to_string()),
+        ("TMPDIR".to_string(), tmp.display().to_string()),
+        ("LANG".to_string(), "C.UTF-8".to_string()),
+        ("TERM".to_string(), "xterm-256color".to_string()),
+        ("SANDPIT_WORKSPACE".to_string(), workspace.display().to_string()),
+    ];
+    env.extend(spec.env.iter().cloned());
+
+    // Read-only system paths: the policy's list plus the interpreter's own directory.
+    let mut ro: Vec<PathBuf> = spec.read_only.clone();
+    if let Some(dir) = spec.interpreter.parent() {
+        if !ro.iter().any(|p| dir.starts_with(p)) {
+            ro.push(dir.to_path_buf());
+        }
+    }
+    let devices = ["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"];
+
+    let namespaces = Namespaces {
+        user: own_root && !host.is_root,
+        mount: own_root,
+        pid: own_root,
+        net: own_root && !spec.network,
+        ipc: own_root,
+        uts: own_root,
+    };
+
+    let root = own_root.then(|| {
+        let mut binds: Vec<Bind> = Vec::new();
+        for p in &ro {
+            if let Some(kind) = bind_kind(p) {
+                binds.push(Bind { src: p.clone(), dst: p.clone(), kind, writable: false });
+            }
+        }
+        for d in devices {
+            if let Some(kind) = bind_kind(Path::new(d)) {
+                binds.push(Bind { src: d.into(), dst: d.into(), kind, writable: true });
+            }
+        }
+        binds.push(Bind { src: dirs.workspace.clone(), dst: WORKSPACE.into(), kind: BindKind::Dir, writable: true });
+        RootPlan {
+            mountpoint: dirs.root.clone(),
+            binds,
+            tmp_size_mb: limits.tmp_size_mb,
+            passwd: format!("root:x:0:0:root:/root:/usr/sbin/nologin\nsandbox:x:{uid}:{gid}:sandpit:{HOME}:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"),
+            group: format!("root:x:0:\nsandbox:x:{gid}:\nnogroup:x:65534:\n"),
+            owner: (uid, gid),
+        }
+    });
+
+    let landlock = if own_root {
+        LandlockPlan {
+            // The root holds only what was bound into it, read-only; Landlock repeats that.
+            read_exec: vec!["/".into()],
+            read_write: [WORKSPACE, TMP, HOME, "/dev/shm", "/dev/null", "/dev/zero", "/dev/full", "/dev/tty"]
+                .iter()
+                .map(PathBuf::from)
+                .collect(),
+            deny_tcp: !spec.network,
+            required: false,
+        }
+    } else {
+        let mut read_exec = ro.clone();
+        read_exec.extend(["/dev/random", "/dev/urandom"].iter().map(PathBuf::from));
+        let mut read_write = vec![dirs.workspace.clone(), dirs.tmp.clone(), dirs.home.clone()];
+        read_write.extend(["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"].iter().map(PathBuf::from));
+        LandlockPlan { read_exec, read_write, deny_tcp: !spec.network, required: true }
+    };
+
+    LinuxPlan {
+        argv,
+        env,
+        cwd: workspace,
+        cgroup_procs: host.cgroup_procs.clone(),
+        namespaces,
+        id_map: namespaces.user.then_some((host.uid, host.gid)),
+        root,
+        drop_to: host.session_ids.filter(|_| host.is_root),
+        rlimits,
+        landlock,
+        deny_network: !spec.network,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Policy;
+
+    fn spec(lang: Language, network: bool) -> LaunchSpec {
+        let p = Policy::default();
+        LaunchSpec {
+            session_id: "s1".into(),
+            language: lang,
+            interpreter: p.interpreters.path(lang).to_path_buf(),
+            argv: vec![p.interpreters.path(lang).display().to_string(), "-c".into(), "x".into()],
+            env: vec![("SANDPIT_SESSION_ID".into(), "s1".into())],
+            limits: p.limits.clone(),
+            network,
+            read_only: p.filesystem.read_only.clone(),
+            workspace: None,
+            state_dir: "/state".into(),
+        }
+    }
+
+    fn dirs() -> SessionDirs {
+        SessionDirs {
+            workspace: "/state/s1/workspace".into(),
+            tmp: "/state/s1/tmp".into(),
+            home: "/state/s1/home".into(),
+            root: "/state/s1/root".into(),
+        }
+    }
+
+    fn host(is_root: bool, namespaces: bool) -> HostFacts {
+        HostFacts {
+            is_root,
+            uid: if is_root { 0 } else { 1000 },
+            gid: if is_root { 0 } else { 1000 },
+            namespaces,
+            landlock_abi: 7,
+            session_ids: is_root.then_some((2_000_001, 2_000_001)),
+            cgroup_procs: vec![],
+        }
+    }
+
+    fn kind(p: &Path) -> Option<BindKind> {
+        match p.to_str()? {
+            "/bin" => Some(BindKind::Symlink("usr/bin".into())),
+            "/lib32" | "/libx32" => None,
+            s if s.starts_with("/dev/") || s.starts_with("/etc/ld.so.cache") => Some(BindKind::File),
+            _ => Some(BindKind::Dir),
+        }
+    }
+
+    #[test]
+    fn unprivileged_with_namespaces_maps_own_ids_and_builds_a_root() {
+        let plan = build(&spec(Language::Python, false), &dirs(), &host(false, true), &kind);
+        assert!(plan.namespaces.user && plan.namespaces.mount && plan.namespaces.pid && plan.namespaces.net);
+        assert_eq!(plan.id_map, Some((1000, 1000)));
+        assert_eq!(plan.drop_to, None);
+        assert_eq!(plan.cwd, Path::new(WORKSPACE));
+        let root = plan.root.unwrap();
+        assert!(root.binds.iter().any(|b| b.dst == Path::new("/bin") && b.kind == BindKind::Symlink("usr/bin".into())));
+        assert!(!root.binds.iter().any(|b| b.dst == Path::new("/lib32")), "absent paths are skipped");
+        let ws = root.binds.iter().find(|b| b.dst == Path::new(WORKSPACE)).unwrap();
+        assert!(ws.writable && ws.src == Path::new("/state/s1/workspace"));
+        assert!(root.binds.iter().filter(|b| b.writable).all(|b| b.dst == Path::new(WORKSPACE) || b.dst.starts_with("/dev")));
+        assert!(!plan.landlock.required);
+        assert!(plan.deny_network && plan.landlock.deny_tcp);
+    }
+
+    #[test]
+    fn root_drops_to_the_session_uid_without_a_user_namespace() {
+        let plan = build(&spec(Language::Bash, false), &dirs(), &host(true, true), &kind);
+        assert!(!plan.namespaces.user && plan.namespaces.pid);
+        assert_eq!(plan.drop_to, Some((2_000_001, 2_000_001)));
+        assert!(plan.root.unwrap().passwd.contains("sandbox:x:2000001:2000001"));
+    }
+
+    #[test]
+    fn without_namespaces_landlock_is_required_and_paths_are_host_paths() {
+        let plan = build(&spec(Language::Python, false), &dirs(), &host(false, false), &kind);
+        assert_eq!(plan.namespaces, Namespaces::default());
+        assert!(plan.root.is_none());
+        assert!(plan.landlock.required);
+        assert!(plan.landlock.read_write.contains(&PathBuf::from("/state/s1/workspace")));
+        assert!(!plan.landlock.read_exec.iter().any(|p| p == Path::new("/") || p.starts_with("/home")));
+        assert_eq!(plan.cwd, Path::new("/state/s1/workspace"));
+    }
+
+    #[test]
+    fn network_request_keeps_the_host_network_namespace_and_sockets() {
+        let plan = build(&spec(Language::Python, true), &dirs(), &host(false, true), &kind);
+        assert!(!plan.namespaces.net && !plan.deny_network && !plan.landlock.deny_tcp);
+    }
+
+    #[test]
+    fn node_bounds_its_heap_and_data_instead_of_address_space() {
+        let plan = build(&spec(Language::Javascript, false), &dirs(), &host(false, true), &kind);
+        assert!(plan.argv[1].starts_with("--max-old-space-size="));
+        assert!(matches!(plan.rlimits[0], Rlimit::Data(_)));
+        let py = build(&spec(Language::Python, false), &dirs(), &host(false, true), &kind);
+        assert!(matches!(py.rlimits[0], Rlimit::AddressSpace(_)));
+        assert!(py.rlimits.contains(&Rlimit::Core(0)));
+    }
+
+    #[test]
+    fn environment_is_clean_and_points_inside() {
+        let plan = build(&spec(Language::Python, false), &dirs(), &host(false, true), &kind);
+        let keys: Vec<_> = plan.env.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["PATH", "HOME", "TMPDIR", "LANG", "TERM", "SANDPIT_WORKSPACE", "SANDPIT_SESSION_ID"]);
+        assert!(plan.env.contains(&("HOME".into(), HOME.into())));
+    }
+}

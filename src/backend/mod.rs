@@ -1,0 +1,223 @@
+//! Backends turn a [`LaunchSpec`] into a running, confined interpreter the session layer can
+//! drive ([`Launched`]). Selection (`auto`) and the per-backend availability report used by
+//! `sandpit doctor` live here too.
+
+use crate::error::{Error, Result};
+use crate::policy::{Limits, Policy};
+use crate::types::Language;
+use serde::Serialize;
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+#[cfg(target_os = "linux")]
+pub mod linux;
+pub mod pty_spawn;
+pub mod unsandboxed;
+
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+pub type Reader = Box<dyn AsyncRead + Send + Unpin>;
+pub type Writer = Box<dyn AsyncWrite + Send + Unpin>;
+
+/// The backends of `interface.md` §3.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    Linux,
+    Docker,
+    Macos,
+    Wasi,
+    Unsandboxed,
+}
+
+impl BackendKind {
+    pub const ALL: [BackendKind; 5] =
+        [BackendKind::Docker, BackendKind::Linux, BackendKind::Macos, BackendKind::Wasi, BackendKind::Unsandboxed];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendKind::Linux => "linux",
+            BackendKind::Docker => "docker",
+            BackendKind::Macos => "macos",
+            BackendKind::Wasi => "wasi",
+            BackendKind::Unsandboxed => "unsandboxed",
+        }
+    }
+}
+
+/// What the user asked for: a specific backend, or `auto`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendChoice {
+    Auto,
+    Only(BackendKind),
+}
+
+impl std::str::FromStr for BackendChoice {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Ok(match s {
+            "auto" => BackendChoice::Auto,
+            "linux" => BackendChoice::Only(BackendKind::Linux),
+            "docker" => BackendChoice::Only(BackendKind::Docker),
+            "macos" => BackendChoice::Only(BackendKind::Macos),
+            "wasi" => BackendChoice::Only(BackendKind::Wasi),
+            "unsandboxed" => BackendChoice::Only(BackendKind::Unsandboxed),
+            other => {
+                return Err(Error::InvalidRequest(format!(
+                    "unknown backend {other:?}; expected auto, linux, docker, macos, wasi or unsandboxed"
+                )))
+            }
+        })
+    }
+}
+
+/// Everything a backend needs to start one session's interpreter.
+#[derive(Debug, Clone)]
+pub struct LaunchSpec {
+    pub session_id: String,
+    pub language: Language,
+    /// The interpreter's real path.
+    pub interpreter: PathBuf,
+    /// The full argv (interpreter, flags, driver source).
+    pub argv: Vec<String>,
+    /// Extra environment (`SANDPIT_*`); the backend adds PATH, HOME, TMPDIR, LANG, TERM.
+    pub env: Vec<(String, String)>,
+    pub limits: Limits,
+    pub network: bool,
+    /// Read-only system paths from the policy.
+    pub read_only: Vec<PathBuf>,
+    /// A host directory to use as the workspace (kept after the session); `None`: a fresh one.
+    pub workspace: Option<PathBuf>,
+    pub state_dir: PathBuf,
+}
+
+/// How a sandbox ended.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExitInfo {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    /// The memory limit (cgroup OOM killer) ended it.
+    pub oom_killed: bool,
+}
+
+/// Control over a running sandbox. Dropping it kills the sandbox and cleans up after it.
+pub trait SandboxControl: Send + Sync {
+    /// Interrupts the running cell (SIGINT to the sandbox's processes).
+    fn interrupt(&self) -> Result<()>;
+    /// Kills every process of the sandbox now.
+    fn kill(&self);
+    /// Discards terminal input nobody read, so the EOF the session queues next is the first
+    /// thing a read of stdin sees.
+    fn flush_terminal_input(&self) -> Result<()> {
+        Ok(())
+    }
+    /// Waits for the sandbox to end and says how.
+    fn wait(&self) -> BoxFuture<'_, ExitInfo>;
+    /// The workspace as a host path, when the host can reach it (files in and out).
+    fn host_workspace(&self) -> Option<PathBuf>;
+    /// The sandbox's process group on this host, when it has one (for measurements).
+    fn process_group(&self) -> Option<i32> {
+        None
+    }
+}
+
+/// A started sandbox: its channels (see `pipeline::wrapper`) and its control.
+pub struct Launched {
+    /// The terminal (PTY master): input typed into the session.
+    pub terminal_in: Writer,
+    /// The terminal's output: the code's stdout.
+    pub stdout: Reader,
+    pub stderr: Reader,
+    /// Requests to the driver (its fd 3).
+    pub requests: Writer,
+    /// Responses from the driver (its fd 4).
+    pub responses: Reader,
+    pub control: Box<dyn SandboxControl>,
+}
+
+/// A way of running confined interpreters.
+pub trait Backend: Send + Sync {
+    fn kind(&self) -> BackendKind;
+    /// Starts one interpreter as described.
+    fn launch<'a>(&'a self, spec: &'a LaunchSpec) -> BoxFuture<'a, Result<Launched>>;
+}
+
+/// Whether a backend can run here, and exactly why not.
+#[derive(Debug, Clone, Serialize)]
+pub struct Availability {
+    pub backend: BackendKind,
+    pub available: bool,
+    pub detail: String,
+    /// Per-layer findings (kernel features, daemon, image...).
+    pub facts: Vec<(String, String)>,
+}
+
+/// Every backend's availability on this host, in `auto` preference order.
+pub fn report(policy: &Policy, helper: &std::path::Path) -> Vec<Availability> {
+    BackendKind::ALL.iter().map(|k| availability(*k, policy, helper)).collect()
+}
+
+fn unavailable(backend: BackendKind, detail: &str) -> Availability {
+    Availability { backend, available: false, detail: detail.to_string(), facts: vec![] }
+}
+
+fn availability(kind: BackendKind, policy: &Policy, helper: &std::path::Path) -> Availability {
+    match kind {
+        #[cfg(target_os = "linux")]
+        BackendKind::Linux => linux::availability(policy, helper),
+        #[cfg(not(target_os = "linux"))]
+        BackendKind::Linux => unavailable(kind, "the native Linux backend needs Linux"),
+        BackendKind::Docker => unavailable(kind, "not built yet in this version of sandpit (issue 3)"),
+        BackendKind::Macos => unavailable(kind, "needs macOS (sandbox-exec); not built yet in this version"),
+        BackendKind::Wasi => unavailable(kind, "not built yet in this version of sandpit (wasmtime fallback)"),
+        BackendKind::Unsandboxed => Availability {
+            backend: kind,
+            available: true,
+            detail: "always available; NO isolation: never chosen by auto".into(),
+            facts: vec![],
+        },
+    }
+}
+
+/// Picks and constructs the backend for `choice` (`interface.md` §3: `auto` takes Docker when a
+/// daemon answers and the image is present, else the native backend, else WASI, else fails).
+pub fn select(choice: BackendChoice, policy: &Policy, helper: &std::path::Path) -> Result<std::sync::Arc<dyn Backend>> {
+    let wanted: Vec<BackendKind> = match choice {
+        BackendChoice::Only(k) => vec![k],
+        BackendChoice::Auto => vec![BackendKind::Docker, BackendKind::Linux, BackendKind::Macos, BackendKind::Wasi],
+    };
+    let mut reasons = Vec::new();
+    for kind in wanted {
+        let a = availability(kind, policy, helper);
+        if !a.available {
+            reasons.push(format!("{}: {}", kind.as_str(), a.detail));
+            continue;
+        }
+        return Ok(match kind {
+            #[cfg(target_os = "linux")]
+            BackendKind::Linux => std::sync::Arc::new(linux::LinuxBackend::new(policy.clone(), helper.to_path_buf())),
+            BackendKind::Unsandboxed => std::sync::Arc::new(unsandboxed::UnsandboxedBackend::new()),
+            _ => unreachable_backend(kind)?,
+        });
+    }
+    Err(Error::BackendUnavailable {
+        backend: match choice {
+            BackendChoice::Auto => "auto".into(),
+            BackendChoice::Only(k) => k.as_str().into(),
+        },
+        reason: reasons.join("; "),
+    })
+}
+
+fn unreachable_backend(kind: BackendKind) -> Result<std::sync::Arc<dyn Backend>> {
+    Err(Error::BackendUnavailable { backend: kind.as_str().into(), reason: "not built in this version".into() })
+}
+
+/// The `sandpit` binary that runs the helper stage: `SANDPIT_HELPER`, else this executable.
+pub fn helper_path() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("SANDPIT_HELPER") {
+        return Ok(PathBuf::from(p));
+    }
+    std::env::current_exe().map_err(|e| Error::io("cannot find the sandpit executable for the helper stage (set SANDPIT_HELPER)", e))
+}

@@ -1,0 +1,158 @@
+//! Starting a process on the session channels every PTY-based backend shares: a fresh PTY on
+//! stdin/stdout, a stderr pipe, requests on fd 3 and responses on fd 4 (see `pipeline::wrapper`),
+//! and the [`SandboxControl`] over the resulting process group.
+
+use super::{BoxFuture, ExitInfo, Launched, SandboxControl};
+use crate::error::{Error, Result};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::PathBuf;
+
+/// Sets the terminal the code sees: canonical input (so a queued ^D reads as EOF), no echo, no
+/// output processing (bytes pass through as written), signals from ^C.
+fn configure_terminal(fd: impl AsFd) -> Result<()> {
+    use nix::sys::termios::{tcgetattr, tcsetattr, LocalFlags, OutputFlags, SetArg};
+    let map = |e: nix::Error| Error::sandbox(format!("configure the session terminal: {e}"));
+    let mut t = tcgetattr(&fd).map_err(map)?;
+    t.local_flags.insert(LocalFlags::ICANON | LocalFlags::ISIG);
+    t.local_flags.remove(LocalFlags::ECHO | LocalFlags::ECHOE | LocalFlags::ECHOK | LocalFlags::ECHONL);
+    t.output_flags.remove(OutputFlags::OPOST);
+    tcsetattr(&fd, SetArg::TCSANOW, &t).map_err(map)
+}
+
+/// A pipe whose ends are close-on-exec and numbered >= 10, so the child's dup2 onto 3 and 4
+/// can never clobber one with the other.
+fn pipe_high() -> Result<(OwnedFd, OwnedFd)> {
+    let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| Error::sandbox(format!("pipe: {e}")))?;
+    let high = |fd: OwnedFd| -> Result<OwnedFd> {
+        let n = nix::fcntl::fcntl(fd.as_raw_fd(), nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(10))
+            .map_err(|e| Error::sandbox(format!("fcntl(F_DUPFD_CLOEXEC): {e}")))?;
+        // SAFETY: fcntl just returned this new descriptor; we are its only owner.
+        Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(n) })
+    };
+    Ok((high(r)?, high(w)?))
+}
+
+/// What to start.
+pub struct Program {
+    pub path: PathBuf,
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cwd: Option<PathBuf>,
+}
+
+/// Backend-specific state kept alive with the process and dropped (cleaned up) after it is
+/// killed, plus an optional way to tell whether the memory limit ended it.
+pub struct Extras {
+    pub guard: Box<dyn Send + Sync>,
+    pub oom_killed: Option<Box<dyn Fn() -> bool + Send + Sync>>,
+    pub kill_all: Option<Box<dyn Fn() + Send + Sync>>,
+    pub workspace: Option<PathBuf>,
+}
+
+/// Spawns `program` as a session leader on a new PTY with the session channels.
+/// Call from within the tokio runtime (a worker thread, not `spawn_blocking`: the child's
+/// parent-death signal follows the spawning thread).
+pub fn spawn(program: Program, extras: Extras) -> Result<Launched> {
+    let (pty, pts) = pty_process::open().map_err(|e| Error::sandbox(format!("open a pty: {e}")))?;
+    configure_terminal(&pts)?;
+    let (err_r, err_w) = pipe_high()?;
+    let (req_r, req_w) = pipe_high()?;
+    let (resp_r, resp_w) = pipe_high()?;
+    let (req_fd, resp_fd) = (req_r.as_raw_fd(), resp_w.as_raw_fd());
+    let mut cmd = pty_process::Command::new(&program.path)
+        .args(&program.args)
+        .env_clear()
+        .envs(program.env.iter().map(|(k, v)| (k, v)))
+        .stderr(std::process::Stdio::from(err_w))
+        .kill_on_drop(true);
+    if let Some(cwd) = &program.cwd {
+        cmd = cmd.current_dir(cwd);
+    }
+    // SAFETY: the closure only calls dup2 (async-signal-safe, no allocation) on descriptors that
+    // stay open in the parent until spawn returns; both are >= 10, so neither dup2 overwrites
+    // the other's source.
+    let mut cmd = unsafe {
+        cmd.pre_exec(move || {
+            if libc::dup2(req_fd, 3) < 0 || libc::dup2(resp_fd, 4) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    };
+    let child = cmd
+        .spawn_borrowed(&pts)
+        .map_err(|e| Error::sandbox(format!("spawn {}: {e}", program.path.display())))?;
+    drop((req_r, resp_w));
+    let pgid = child.id().map(|p| p as i32).ok_or_else(|| Error::sandbox("the sandbox exited at once"))?;
+
+    let pipe_err = |e: std::io::Error| Error::io("register a session pipe", e);
+    let stderr = tokio::net::unix::pipe::Receiver::from_owned_fd(err_r).map_err(pipe_err)?;
+    let requests = tokio::net::unix::pipe::Sender::from_owned_fd(req_w).map_err(pipe_err)?;
+    let responses = tokio::net::unix::pipe::Receiver::from_owned_fd(resp_r).map_err(pipe_err)?;
+    let (pty_r, pty_w) = pty.into_split();
+    Ok(Launched {
+        terminal_in: Box::new(pty_w),
+        stdout: Box::new(pty_r),
+        stderr: Box::new(stderr),
+        requests: Box::new(requests),
+        responses: Box::new(responses),
+        control: Box::new(PtyControl { child: tokio::sync::Mutex::new(child), pgid, pts, extras }),
+    })
+}
+
+struct PtyControl {
+    child: tokio::sync::Mutex<tokio::process::Child>,
+    pgid: i32,
+    pts: pty_process::Pts,
+    extras: Extras,
+}
+
+impl SandboxControl for PtyControl {
+    fn interrupt(&self) -> Result<()> {
+        nix::sys::signal::killpg(nix::unistd::Pid::from_raw(self.pgid), nix::sys::signal::Signal::SIGINT)
+            .map_err(|e| Error::sandbox(format!("interrupt the session: {e}")))
+    }
+
+    fn kill(&self) {
+        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(self.pgid), nix::sys::signal::Signal::SIGKILL);
+        if let Some(k) = &self.extras.kill_all {
+            k();
+        }
+    }
+
+    fn flush_terminal_input(&self) -> Result<()> {
+        nix::sys::termios::tcflush(&self.pts, nix::sys::termios::FlushArg::TCIFLUSH)
+            .map_err(|e| Error::sandbox(format!("flush terminal input: {e}")))
+    }
+
+    fn wait(&self) -> BoxFuture<'_, ExitInfo> {
+        Box::pin(async move {
+            let mut child = self.child.lock().await;
+            use std::os::unix::process::ExitStatusExt;
+            let mut info = match child.wait().await {
+                Ok(s) => ExitInfo { code: s.code(), signal: s.signal(), oom_killed: false },
+                Err(_) => ExitInfo::default(),
+            };
+            // Through a PID-namespace waiter a signal arrives as 128 + signal.
+            if let Some(c) = info.code.filter(|c| (129..=192).contains(c)) {
+                info.signal = Some(c - 128);
+            }
+            info.oom_killed = self.extras.oom_killed.as_ref().is_some_and(|f| f());
+            info
+        })
+    }
+
+    fn host_workspace(&self) -> Option<PathBuf> {
+        self.extras.workspace.clone()
+    }
+
+    fn process_group(&self) -> Option<i32> {
+        Some(self.pgid)
+    }
+}
+
+impl Drop for PtyControl {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

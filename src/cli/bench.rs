@@ -1,0 +1,273 @@
+//! `sandpit bench`: latency of every available backend beside the bare interpreter, measured in
+//! the same run (this is a benchmark, not a test: figures on a shared machine vary; compare the
+//! ratios). Also in `benches/` as `cargo bench`.
+
+use crate::backend::{self, BackendChoice, BackendKind};
+use crate::policy::Policy;
+use crate::session::{ExecOptions, Session, SessionConfig};
+use crate::types::Language;
+use clap::Args;
+use serde::Serialize;
+use std::io::{BufRead, Write};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Print the figures as JSON
+    #[arg(long)]
+    pub json: bool,
+    /// Warm executions per language
+    #[arg(long, default_value_t = 1000)]
+    pub warm: usize,
+    /// Cold starts and one-shot runs per measurement
+    #[arg(long, default_value_t = 10)]
+    pub cold: usize,
+    /// Only these backends (default: every available one)
+    #[arg(short = 'b', long = "backend")]
+    pub backends: Vec<String>,
+}
+
+#[derive(Debug, Serialize, Default, Clone)]
+pub struct Stats {
+    pub n: usize,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub mean_ms: f64,
+}
+
+fn stats(mut v: Vec<Duration>) -> Stats {
+    if v.is_empty() {
+        return Stats::default();
+    }
+    v.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let at = |q: f64| ms(v[((v.len() as f64 - 1.0) * q).round() as usize]);
+    Stats { n: v.len(), p50_ms: at(0.5), p99_ms: at(0.99), mean_ms: v.iter().map(|d| ms(*d)).sum::<f64>() / v.len() as f64 }
+}
+
+#[derive(Debug, Serialize)]
+pub struct LanguageFigures {
+    pub language: Language,
+    pub cold_start: Stats,
+    pub warm: Stats,
+    pub idle_pss_kb: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct BackendFigures {
+    pub backend: String,
+    pub languages: Vec<LanguageFigures>,
+    pub one_shot_python_pass: Stats,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Baseline {
+    pub language: Language,
+    /// `interpreter -c pass` (bash: `-c :`, node: `-e 0`) spawned and waited for.
+    pub bare_start: Stats,
+    /// A line round trip to a warm bare interpreter over pipes, executing the same statement.
+    pub bare_warm: Stats,
+    pub bare_pss_kb: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub baselines: Vec<Baseline>,
+    pub backends: Vec<BackendFigures>,
+}
+
+fn warm_code(lang: Language) -> (&'static str, &'static str) {
+    match lang {
+        Language::Python => ("x = 0", "x += 1"),
+        Language::Javascript => ("let x = 0", "x += 1"),
+        Language::Bash => ("x=0", "x=$((x+1))"),
+    }
+}
+
+fn trivial_args(lang: Language) -> Vec<&'static str> {
+    match lang {
+        Language::Python => vec!["-c", "pass"],
+        Language::Javascript => vec!["-e", "0"],
+        Language::Bash => vec!["-c", ":"],
+    }
+}
+
+/// A minimal line-at-a-time evaluator in the bare interpreter: the floor a driver sits on.
+fn bare_loop_args(lang: Language) -> Vec<&'static str> {
+    match lang {
+        Language::Python => vec!["-c", "import sys\ng={}\nfor l in sys.stdin:\n    exec(l,g); sys.stdout.write('.\\n'); sys.stdout.flush()"],
+        Language::Javascript => vec!["-e", "const vm=require('vm');const c=vm.createContext({});let b='';process.stdin.on('data',d=>{b+=d;let i;while((i=b.indexOf('\\n'))>=0){const l=b.slice(0,i);b=b.slice(i+1);vm.runInContext(l,c);process.stdout.write('.\\n')}})"],
+        Language::Bash => vec!["-c", "while IFS= read -r l; do eval \"$l\"; echo .; done"],
+    }
+}
+
+/// Proportional set size of every process in `pgid`, in kB.
+fn group_pss_kb(pgid: i32) -> Option<u64> {
+    let mut total = 0;
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        let after = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
+        let pgrp = after.split_whitespace().nth(2).and_then(|s| s.parse::<i32>().ok());
+        if pgrp == Some(pgid) {
+            total += pss_kb(pid).unwrap_or(0);
+        }
+    }
+    Some(total)
+}
+
+fn pss_kb(pid: i32) -> Option<u64> {
+    let t = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    t.lines().find(|l| l.starts_with("Pss:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|n| n.parse().ok())
+}
+
+fn baseline(policy: &Policy, lang: Language, cold: usize, warm: usize) -> std::io::Result<Baseline> {
+    let interp = policy.interpreters.path(lang);
+    let mut starts = Vec::new();
+    for _ in 0..cold {
+        let t = Instant::now();
+        std::process::Command::new(interp).args(trivial_args(lang)).env_clear().status()?;
+        starts.push(t.elapsed());
+    }
+    let mut child = std::process::Command::new(interp)
+        .args(bare_loop_args(lang))
+        .env_clear()
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    let mut input = child.stdin.take().ok_or_else(|| std::io::Error::other("no stdin"))?;
+    let mut output = std::io::BufReader::new(child.stdout.take().ok_or_else(|| std::io::Error::other("no stdout"))?);
+    let (setup, step) = warm_code(lang);
+    let mut line = String::new();
+    writeln!(input, "{setup}")?;
+    input.flush()?;
+    output.read_line(&mut line)?;
+    let mut times = Vec::new();
+    for _ in 0..warm {
+        let t = Instant::now();
+        writeln!(input, "{step}")?;
+        input.flush()?;
+        line.clear();
+        output.read_line(&mut line)?;
+        times.push(t.elapsed());
+    }
+    let pss = pss_kb(child.id() as i32);
+    drop(input);
+    let _ = child.wait();
+    Ok(Baseline { language: lang, bare_start: stats(starts), bare_warm: stats(times), bare_pss_kb: pss })
+}
+
+async fn measure_backend(policy: &Policy, kind: BackendKind, cold: usize, warm: usize) -> crate::Result<BackendFigures> {
+    let helper = backend::helper_path()?;
+    let be = backend::select(BackendChoice::Only(kind), policy, &helper)?;
+    let mut languages = Vec::new();
+    for lang in Language::ALL {
+        let config = SessionConfig { language: lang, session_id: None, workspace: None, network: false, limits: policy.limits.clone() };
+        let mut starts = Vec::new();
+        for _ in 0..cold {
+            let t = Instant::now();
+            let mut s = Session::start(policy, be.clone(), config.clone()).await?;
+            starts.push(t.elapsed());
+            s.kill().await;
+        }
+        let mut s = Session::start(policy, be.clone(), config.clone()).await?;
+        let (setup, step) = warm_code(lang);
+        let opts = ExecOptions::with_timeout(Duration::from_secs(30));
+        s.execute(setup, opts.clone()).await?;
+        for _ in 0..warm.min(50) {
+            s.execute(step, opts.clone()).await?;
+        }
+        let mut times = Vec::new();
+        for _ in 0..warm {
+            let t = Instant::now();
+            let r = s.execute(step, opts.clone()).await?;
+            times.push(t.elapsed());
+            if r.status != crate::types::Status::Ok {
+                return Err(crate::Error::sandbox(format!("bench cell failed: {:?} {}", r.status, r.stderr)));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let idle = s.process_group().and_then(group_pss_kb);
+        s.kill().await;
+        languages.push(LanguageFigures { language: lang, cold_start: stats(starts), warm: stats(times), idle_pss_kb: idle });
+    }
+    let exe = std::env::current_exe().map_err(|e| crate::Error::io("find the sandpit executable", e))?;
+    let mut runs = Vec::new();
+    for _ in 0..cold {
+        let t = Instant::now();
+        let st = std::process::Command::new(&exe)
+            .args(["run", "-b", kind.as_str(), "-l", "python", "pass"])
+            .stdin(std::process::Stdio::null())
+            .status()
+            .map_err(|e| crate::Error::io("run sandpit", e))?;
+        if !st.success() {
+            return Err(crate::Error::sandbox(format!("`sandpit run -b {}` failed: {st}", kind.as_str())));
+        }
+        runs.push(t.elapsed());
+    }
+    Ok(BackendFigures { backend: kind.as_str().into(), languages, one_shot_python_pass: stats(runs) })
+}
+
+pub async fn bench(args: BenchArgs, policy: Policy) -> ExitCode {
+    let helper = match backend::helper_path() {
+        Ok(h) => h,
+        Err(e) => {
+            super::report_error(&e);
+            return ExitCode::from(super::EXIT_SANDPIT_FAILURE);
+        }
+    };
+    let kinds: Vec<BackendKind> = backend::report(&policy, &helper)
+        .into_iter()
+        .filter(|a| a.available)
+        .map(|a| a.backend)
+        .filter(|k| args.backends.is_empty() || args.backends.iter().any(|b| b == k.as_str()))
+        .collect();
+    let mut baselines = Vec::new();
+    for lang in Language::ALL {
+        match baseline(&policy, lang, args.cold, args.warm) {
+            Ok(b) => baselines.push(b),
+            Err(e) => eprintln!("sandpit bench: bare {lang} baseline failed: {e}"),
+        }
+    }
+    let mut backends = Vec::new();
+    for k in kinds {
+        match measure_backend(&policy, k, args.cold, args.warm).await {
+            Ok(f) => backends.push(f),
+            Err(e) => eprintln!("sandpit bench: {}: {}", k.as_str(), e.message_with_hint()),
+        }
+    }
+    let report = Report { baselines, backends };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+        return ExitCode::SUCCESS;
+    }
+    println!("Bare interpreters (baseline, same run):");
+    println!("  {:<11} {:>14} {:>16} {:>16} {:>10}", "language", "start p50 ms", "warm p50 ms", "warm p99 ms", "PSS kB");
+    for b in &report.baselines {
+        println!(
+            "  {:<11} {:>14.2} {:>16.3} {:>16.3} {:>10}",
+            b.language.as_str(), b.bare_start.p50_ms, b.bare_warm.p50_ms, b.bare_warm.p99_ms,
+            b.bare_pss_kb.map(|v| v.to_string()).unwrap_or_default()
+        );
+    }
+    for f in &report.backends {
+        println!("\nBackend {}:", f.backend);
+        println!("  {:<11} {:>14} {:>9} {:>16} {:>16} {:>14}", "language", "cold p50 ms", "x bare", "warm p50 ms", "warm p99 ms", "idle PSS kB");
+        for l in &f.languages {
+            let bare = report.baselines.iter().find(|b| b.language == l.language);
+            let ratio = bare.map(|b| l.cold_start.p50_ms / b.bare_start.p50_ms.max(1e-9)).unwrap_or(0.0);
+            println!(
+                "  {:<11} {:>14.2} {:>9.2} {:>16.3} {:>16.3} {:>14}",
+                l.language.as_str(), l.cold_start.p50_ms, ratio, l.warm.p50_ms, l.warm.p99_ms,
+                l.idle_pss_kb.map(|v| v.to_string()).unwrap_or_default()
+            );
+        }
+        let bare_py = report.baselines.iter().find(|b| b.language == Language::Python).map(|b| b.bare_start.p50_ms).unwrap_or(0.0);
+        println!(
+            "  one-shot `sandpit run -l python pass`: p50 {:.2} ms (bare python3 -c pass {:.2} ms, +{:.2} ms)",
+            f.one_shot_python_pass.p50_ms, bare_py, f.one_shot_python_pass.p50_ms - bare_py
+        );
+    }
+    ExitCode::SUCCESS
+}

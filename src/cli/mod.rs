@@ -1,0 +1,139 @@
+//! The command line (`interface.md` §3). Each subcommand is a function in its own module;
+//! errors are printed once with their hint, and the exit codes are the contract's.
+
+mod bench;
+mod doctor;
+mod repl;
+mod run;
+
+use crate::backend::BackendChoice;
+use crate::policy::Policy;
+use crate::types::Language;
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Exit code for a sandpit or sandbox failure.
+pub const EXIT_SANDPIT_FAILURE: u8 = 125;
+/// Exit code for a usage error.
+pub const EXIT_USAGE: u8 = 2;
+
+#[derive(Parser, Debug)]
+#[command(name = "sandpit", version, about = "Run untrusted Python, JavaScript and bash in the strongest sandbox this host offers")]
+pub struct Cli {
+    /// Configuration file (default: ./sandpit.toml, then ~/.config/sandpit/sandpit.toml)
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct BackendArg {
+    /// auto, linux, docker, macos, wasi or unsandboxed
+    #[arg(short = 'b', long = "backend", value_name = "BACKEND")]
+    pub backend: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run code once in a fresh sandbox
+    Run(run::RunArgs),
+    /// An interactive persistent session in this terminal
+    Repl {
+        /// python, javascript or bash
+        #[arg(short = 'l', long = "language", value_name = "LANG")]
+        language: Option<Language>,
+        #[command(flatten)]
+        backend: BackendArg,
+    },
+    /// MCP server on stdio
+    Mcp {
+        #[command(flatten)]
+        backend: BackendArg,
+    },
+    /// HTTP API
+    Serve {
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<String>,
+        #[arg(long, value_name = "PATH")]
+        unix: Option<PathBuf>,
+    },
+    /// Which backends work here, and why not
+    Doctor {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Manage the Docker sandbox image
+    Image {
+        #[command(subcommand)]
+        action: ImageAction,
+    },
+    /// Latency of every available backend, side by side with the bare interpreters
+    Bench(bench::BenchArgs),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ImageAction {
+    /// Build the Docker sandbox image
+    Build {
+        #[arg(long)]
+        offline: bool,
+    },
+}
+
+/// Resolves `-b` (else the configured default) into a choice.
+pub fn backend_choice(arg: &BackendArg, policy: &Policy) -> crate::Result<BackendChoice> {
+    arg.backend.as_deref().unwrap_or(&policy.defaults.backend).parse()
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("RUST_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
+}
+
+/// Prints an error once, with its hint, the way every subcommand reports failure.
+pub fn report_error(e: &crate::Error) {
+    eprintln!("sandpit: {}", e.message_with_hint());
+}
+
+fn not_yet(what: &str) -> ExitCode {
+    eprintln!("sandpit: {what} is not available in this version of sandpit yet (hint: run `sandpit doctor` for what works here)");
+    ExitCode::from(EXIT_SANDPIT_FAILURE)
+}
+
+/// Entry point of the `sandpit` binary.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { EXIT_USAGE } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    init_tracing();
+    let (policy, source) = match Policy::load(cli.config.as_deref()) {
+        Ok(p) => p,
+        Err(e) => {
+            report_error(&e);
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("sandpit: cannot start the async runtime: {e}");
+            return ExitCode::from(EXIT_SANDPIT_FAILURE);
+        }
+    };
+    match cli.command {
+        Command::Run(args) => runtime.block_on(run::run(args, policy)),
+        Command::Repl { language, backend } => runtime.block_on(repl::repl(language, backend, policy)),
+        Command::Doctor { json } => doctor::doctor(json, &policy, &source),
+        Command::Bench(args) => runtime.block_on(bench::bench(args, policy)),
+        Command::Mcp { .. } => not_yet("the MCP server (`sandpit mcp`)"),
+        Command::Serve { .. } => not_yet("the HTTP API (`sandpit serve`)"),
+        Command::Image { .. } => not_yet("the Docker backend and its image (`sandpit image build`)"),
+    }
+}

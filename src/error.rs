@@ -1,0 +1,112 @@
+//! Errors: one enum for the library, each variant knowing its API code (`interface.md` §1) and,
+//! where there is one, a hint that tells the user what to do about it.
+
+use serde::{Deserialize, Serialize};
+
+/// The error codes of `interface.md` §1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ErrorCode {
+    InvalidRequest,
+    SecurityBlocked,
+    PolicyDenied,
+    Timeout,
+    SessionNotFound,
+    SessionLanguageMismatch,
+    SessionForbidden,
+    SessionLimit,
+    QueueFull,
+    BackendUnavailable,
+    PackageInstallFailed,
+    SandboxError,
+}
+
+/// Everything that can go wrong in sandpit, with context.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    #[error("refused by policy: {0}")]
+    PolicyDenied(String),
+    #[error("blocked by the analyzer: {0}")]
+    SecurityBlocked(String),
+    #[error("backend {backend} is unavailable: {reason}")]
+    BackendUnavailable { backend: String, reason: String },
+    #[error("session {0} not found")]
+    SessionNotFound(String),
+    #[error("session {id} runs {actual}, not {requested}")]
+    SessionLanguageMismatch { id: String, actual: String, requested: String },
+    #[error("session {0} belongs to another user")]
+    SessionForbidden(String),
+    #[error("sandbox error: {message}")]
+    Sandbox {
+        message: String,
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("configuration: {0}")]
+    Config(String),
+    #[error("package installation failed: {0}")]
+    PackageInstall(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// A sandbox failure with a message and no underlying error.
+    pub fn sandbox(message: impl Into<String>) -> Self {
+        Error::Sandbox { message: message.into(), source: None }
+    }
+
+    /// An I/O error that names what was being done (and the path, where there is one).
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Io { context: context.into(), source }
+    }
+
+    /// The API code of this error.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Error::InvalidRequest(_) | Error::Config(_) => ErrorCode::InvalidRequest,
+            Error::PolicyDenied(_) => ErrorCode::PolicyDenied,
+            Error::SecurityBlocked(_) => ErrorCode::SecurityBlocked,
+            Error::BackendUnavailable { .. } => ErrorCode::BackendUnavailable,
+            Error::SessionNotFound(_) => ErrorCode::SessionNotFound,
+            Error::SessionLanguageMismatch { .. } => ErrorCode::SessionLanguageMismatch,
+            Error::SessionForbidden(_) => ErrorCode::SessionForbidden,
+            Error::Sandbox { .. } | Error::Io { .. } => ErrorCode::SandboxError,
+            Error::PackageInstall(_) => ErrorCode::PackageInstallFailed,
+        }
+    }
+
+    /// What the user can do about it, when there is something.
+    pub fn hint(&self) -> Option<&'static str> {
+        match self {
+            Error::BackendUnavailable { .. } => {
+                Some("run `sandpit doctor` to see which backends work on this host and why")
+            }
+            Error::PolicyDenied(_) => Some("the server's policy (sandpit.toml) sets what a request may ask for"),
+            Error::SessionNotFound(_) => Some("sessions expire when idle; start a new one by sending a request with a new session_id"),
+            Error::SessionLanguageMismatch { .. } => Some("use a new session_id for another language"),
+            Error::Sandbox { .. } => Some("run `sandpit doctor` to check the host; set RUST_LOG=sandpit=debug for details"),
+            _ => None,
+        }
+    }
+
+    /// The message with the source chain and the hint, as users see it.
+    pub fn message_with_hint(&self) -> String {
+        let mut msg = self.to_string();
+        if let Error::Sandbox { source: Some(s), .. } = self {
+            msg.push_str(&format!(": {s}"));
+        }
+        if let Some(h) = self.hint() {
+            msg.push_str(&format!(" (hint: {h})"));
+        }
+        msg
+    }
+}

@@ -1,0 +1,388 @@
+//! Policy and configuration: one set of serde types, used by the config file (`sandpit.toml`),
+//! the environment (`SANDPIT_*`), the wire format and the backends.
+//!
+//! Backends ask the policy questions ([`Policy::effective_limits`], [`Policy::network_allowed`])
+//! rather than re-deriving its meaning. The built-in defaults are `profiles/default-policy.toml`,
+//! embedded at build time.
+
+use crate::error::{Error, Result};
+use crate::types::{ExecRequest, Language};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+const DEFAULT_POLICY: &str = include_str!("../profiles/default-policy.toml");
+
+/// The lowest and highest `timeout_ms` a request may ask for (`interface.md` §1).
+pub const TIMEOUT_RANGE_MS: std::ops::RangeInclusive<u64> = 100..=300_000;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Defaults {
+    pub language: Language,
+    pub backend: String,
+    pub timeout_ms: u64,
+}
+
+/// Resource limits. In the policy these are the maxima (and the defaults); a request may lower them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    pub memory_mb: u64,
+    pub cpus: f64,
+    pub pids: u64,
+    pub output_bytes: u64,
+    pub file_size_mb: u64,
+    pub open_files: u64,
+    pub tmp_size_mb: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkPolicy {
+    pub allow: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Interpreters {
+    pub python: PathBuf,
+    pub javascript: PathBuf,
+    pub bash: PathBuf,
+}
+
+impl Interpreters {
+    pub fn path(&self, lang: Language) -> &Path {
+        match lang {
+            Language::Python => &self.python,
+            Language::Javascript => &self.javascript,
+            Language::Bash => &self.bash,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilesystemPolicy {
+    pub read_only: Vec<PathBuf>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinuxSettings {
+    pub state_dir: String,
+    pub uid_base: u32,
+    pub uid_count: u32,
+}
+
+/// The whole policy: what the server allows and how sandboxes are set up.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    pub defaults: Defaults,
+    pub limits: Limits,
+    pub network: NetworkPolicy,
+    pub interpreters: Interpreters,
+    pub filesystem: FilesystemPolicy,
+    pub linux: LinuxSettings,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        // The embedded default is checked by a unit test; a failure here is a build defect.
+        #[allow(clippy::expect_used)]
+        toml::from_str(DEFAULT_POLICY).expect("profiles/default-policy.toml is valid")
+    }
+}
+
+/// Where the effective configuration came from, for `sandpit doctor`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConfigSource {
+    pub file: Option<PathBuf>,
+    pub env_overrides: Vec<String>,
+}
+
+impl Policy {
+    /// Loads the configuration: `explicit` file, else `./sandpit.toml`, else the user config dir
+    /// (`~/.config/sandpit/sandpit.toml`), layered over the built-in defaults, then `SANDPIT_*`.
+    pub fn load(explicit: Option<&Path>) -> Result<(Policy, ConfigSource)> {
+        let mut merged: toml::Value = toml::from_str(DEFAULT_POLICY)
+            .map_err(|e| Error::Config(format!("built-in policy: {e}")))?;
+        let file = match explicit {
+            Some(p) => Some(p.to_path_buf()),
+            None => [
+                Some(PathBuf::from("sandpit.toml")),
+                dirs::config_dir().map(|d| d.join("sandpit").join("sandpit.toml")),
+            ]
+            .into_iter()
+            .flatten()
+            .find(|p| p.is_file()),
+        };
+        if let Some(path) = &file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| Error::Config(format!("cannot read {}: {e}", path.display())))?;
+            let overlay: toml::Value = toml::from_str(&text)
+                .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
+            merge(&mut merged, overlay);
+        }
+        let env_overrides = apply_env(&mut merged, |k| std::env::var(k).ok())?;
+        let policy: Policy = merged
+            .try_into()
+            .map_err(|e| Error::Config(format!("{}: {e}", file.as_deref().unwrap_or(Path::new("environment")).display())))?;
+        policy.check()?;
+        Ok((policy, ConfigSource { file, env_overrides }))
+    }
+
+    fn check(&self) -> Result<()> {
+        if !TIMEOUT_RANGE_MS.contains(&self.defaults.timeout_ms) {
+            return Err(Error::Config(format!(
+                "defaults.timeout_ms {} is outside 100..=300000",
+                self.defaults.timeout_ms
+            )));
+        }
+        let l = &self.limits;
+        if l.memory_mb < 16 || l.pids < 4 || l.output_bytes < 64 || l.cpus <= 0.0 || l.open_files < 16 {
+            return Err(Error::Config(
+                "limits are too small to start an interpreter (memory_mb >= 16, pids >= 4, output_bytes >= 64, cpus > 0, open_files >= 16)".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether the policy allows a request's network at all.
+    pub fn network_allowed(&self) -> bool {
+        self.network.allow
+    }
+
+    /// Checks a request against the contract and the policy: ranges, tightening-only limits,
+    /// network permission, input names. Nothing is silently clamped.
+    pub fn validate(&self, req: &ExecRequest) -> Result<()> {
+        if !TIMEOUT_RANGE_MS.contains(&req.timeout_ms) {
+            return Err(Error::InvalidRequest(format!(
+                "timeout_ms {} is outside 100..=300000",
+                req.timeout_ms
+            )));
+        }
+        if req.network && !self.network_allowed() {
+            return Err(Error::PolicyDenied(
+                "network access was requested but the policy does not allow it (network.allow = false)".into(),
+            ));
+        }
+        let l = &req.limits;
+        let over = |name: &str, asked: f64, max: f64| -> Result<()> {
+            if asked > max {
+                return Err(Error::PolicyDenied(format!("limits.{name} {asked} exceeds the policy maximum {max}")));
+            }
+            if asked <= 0.0 {
+                return Err(Error::InvalidRequest(format!("limits.{name} must be positive")));
+            }
+            Ok(())
+        };
+        if let Some(v) = l.memory_mb {
+            over("memory_mb", v as f64, self.limits.memory_mb as f64)?;
+        }
+        if let Some(v) = l.cpus {
+            over("cpus", v, self.limits.cpus)?;
+        }
+        if let Some(v) = l.pids {
+            over("pids", v as f64, self.limits.pids as f64)?;
+        }
+        if let Some(v) = l.output_bytes {
+            over("output_bytes", v as f64, self.limits.output_bytes as f64)?;
+        }
+        for key in req.input_data.keys() {
+            if !is_identifier(key) {
+                return Err(Error::InvalidRequest(format!(
+                    "input_data key {key:?} is not a valid variable name (letters, digits, _; not starting with a digit)"
+                )));
+            }
+            if req.language == crate::types::Language::Bash && key.starts_with("SANDPIT_") {
+                return Err(Error::InvalidRequest(format!("input_data key {key:?} may not override a SANDPIT_ variable")));
+            }
+        }
+        if req.code.contains('\0') {
+            return Err(Error::InvalidRequest("code contains a NUL byte".into()));
+        }
+        Ok(())
+    }
+
+    /// The limits in force for a request: the policy's, tightened by the request.
+    pub fn effective_limits(&self, req: &crate::types::RequestLimits) -> Limits {
+        let mut l = self.limits.clone();
+        if let Some(v) = req.memory_mb {
+            l.memory_mb = l.memory_mb.min(v);
+        }
+        if let Some(v) = req.cpus {
+            l.cpus = l.cpus.min(v);
+        }
+        if let Some(v) = req.pids {
+            l.pids = l.pids.min(v);
+        }
+        if let Some(v) = req.output_bytes {
+            l.output_bytes = l.output_bytes.min(v);
+        }
+        l
+    }
+
+    /// Where session directories live.
+    pub fn state_dir(&self) -> PathBuf {
+        if !self.linux.state_dir.is_empty() {
+            return PathBuf::from(&self.linux.state_dir);
+        }
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let uid = unsafe { libc::geteuid() };
+        if uid == 0 {
+            return PathBuf::from("/var/lib/sandpit");
+        }
+        match dirs::runtime_dir().or_else(dirs::cache_dir) {
+            Some(d) => d.join("sandpit"),
+            None => std::env::temp_dir().join(format!("sandpit-{uid}")),
+        }
+    }
+}
+
+/// A valid variable name in all three languages.
+pub fn is_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && s.len() <= 128
+}
+
+fn merge(base: &mut toml::Value, overlay: toml::Value) {
+    match (base, overlay) {
+        (toml::Value::Table(b), toml::Value::Table(o)) => {
+            for (k, v) in o {
+                match b.get_mut(&k) {
+                    Some(existing) => merge(existing, v),
+                    None => {
+                        b.insert(k, v);
+                    }
+                }
+            }
+        }
+        (b, o) => *b = o,
+    }
+}
+
+/// The `SANDPIT_*` variables and the config keys they set.
+pub const ENV_KEYS: &[(&str, &str, &str)] = &[
+    ("SANDPIT_LANGUAGE", "defaults", "language"),
+    ("SANDPIT_BACKEND", "defaults", "backend"),
+    ("SANDPIT_TIMEOUT_MS", "defaults", "timeout_ms"),
+    ("SANDPIT_MEMORY_MB", "limits", "memory_mb"),
+    ("SANDPIT_CPUS", "limits", "cpus"),
+    ("SANDPIT_PIDS", "limits", "pids"),
+    ("SANDPIT_OUTPUT_BYTES", "limits", "output_bytes"),
+    ("SANDPIT_FILE_SIZE_MB", "limits", "file_size_mb"),
+    ("SANDPIT_OPEN_FILES", "limits", "open_files"),
+    ("SANDPIT_TMP_SIZE_MB", "limits", "tmp_size_mb"),
+    ("SANDPIT_NETWORK_ALLOW", "network", "allow"),
+    ("SANDPIT_PYTHON", "interpreters", "python"),
+    ("SANDPIT_NODE", "interpreters", "javascript"),
+    ("SANDPIT_BASH", "interpreters", "bash"),
+    ("SANDPIT_STATE_DIR", "linux", "state_dir"),
+    ("SANDPIT_UID_BASE", "linux", "uid_base"),
+    ("SANDPIT_UID_COUNT", "linux", "uid_count"),
+];
+
+fn apply_env(merged: &mut toml::Value, get: impl Fn(&str) -> Option<String>) -> Result<Vec<String>> {
+    let mut applied = Vec::new();
+    for (var, table, key) in ENV_KEYS {
+        let Some(raw) = get(var) else { continue };
+        let Some(tbl) = merged.get_mut(*table).and_then(|t| t.as_table_mut()) else { continue };
+        let old = tbl.get(*key).cloned();
+        let value = match old {
+            Some(toml::Value::Integer(_)) => raw
+                .trim()
+                .parse::<i64>()
+                .map(toml::Value::Integer)
+                .map_err(|_| Error::Config(format!("{var}={raw:?} is not a whole number"))),
+            Some(toml::Value::Float(_)) => raw
+                .trim()
+                .parse::<f64>()
+                .map(toml::Value::Float)
+                .map_err(|_| Error::Config(format!("{var}={raw:?} is not a number"))),
+            Some(toml::Value::Boolean(_)) => match raw.trim().to_ascii_lowercase().as_str() {
+                "1" | "true" | "yes" | "on" => Ok(toml::Value::Boolean(true)),
+                "0" | "false" | "no" | "off" => Ok(toml::Value::Boolean(false)),
+                _ => Err(Error::Config(format!("{var}={raw:?} is not true/false"))),
+            },
+            _ => Ok(toml::Value::String(raw.clone())),
+        }?;
+        tbl.insert(key.to_string(), value);
+        applied.push(format!("{var}={raw}"));
+    }
+    Ok(applied)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::RequestLimits;
+
+    #[test]
+    fn embedded_default_policy_parses() {
+        let p = Policy::default();
+        assert_eq!(p.limits.output_bytes, 102_400);
+        assert!(!p.network_allowed());
+        p.check().unwrap();
+    }
+
+    #[test]
+    fn env_overrides_are_typed() {
+        let mut v: toml::Value = toml::from_str(DEFAULT_POLICY).unwrap();
+        let applied = apply_env(&mut v, |k| match k {
+            "SANDPIT_MEMORY_MB" => Some("256".into()),
+            "SANDPIT_NETWORK_ALLOW" => Some("yes".into()),
+            "SANDPIT_CPUS" => Some("0.5".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!(applied.len(), 3);
+        let p: Policy = v.try_into().unwrap();
+        assert_eq!(p.limits.memory_mb, 256);
+        assert!(p.network.allow);
+        assert_eq!(p.limits.cpus, 0.5);
+        let mut v: toml::Value = toml::from_str(DEFAULT_POLICY).unwrap();
+        assert!(apply_env(&mut v, |k| (k == "SANDPIT_PIDS").then(|| "lots".to_string())).is_err());
+    }
+
+    #[test]
+    fn requests_may_only_tighten() {
+        let p = Policy::default();
+        let mut req = ExecRequest::new(Language::Python, "1");
+        req.limits = RequestLimits { memory_mb: Some(64), ..Default::default() };
+        p.validate(&req).unwrap();
+        assert_eq!(p.effective_limits(&req.limits).memory_mb, 64);
+        req.limits.memory_mb = Some(1 << 20);
+        assert_eq!(p.validate(&req).unwrap_err().code(), crate::error::ErrorCode::PolicyDenied);
+    }
+
+    #[test]
+    fn timeout_out_of_range_is_invalid_not_clamped() {
+        let p = Policy::default();
+        for t in [99, 300_001] {
+            let mut req = ExecRequest::new(Language::Python, "1");
+            req.timeout_ms = t;
+            assert_eq!(p.validate(&req).unwrap_err().code(), crate::error::ErrorCode::InvalidRequest);
+        }
+    }
+
+    #[test]
+    fn network_needs_policy() {
+        let mut p = Policy::default();
+        let mut req = ExecRequest::new(Language::Python, "1");
+        req.network = true;
+        assert_eq!(p.validate(&req).unwrap_err().code(), crate::error::ErrorCode::PolicyDenied);
+        p.network.allow = true;
+        p.validate(&req).unwrap();
+    }
+
+    #[test]
+    fn input_names_are_identifiers() {
+        assert!(is_identifier("a_1"));
+        assert!(!is_identifier("1a"));
+        assert!(!is_identifier("a-b"));
+        assert!(!is_identifier("$(x)"));
+    }
+}

@@ -1,0 +1,179 @@
+//! Files in and out of the workspace (`files`, `output_files`). The sandboxed code controls the
+//! workspace, so every path is resolved by the kernel with `openat2(RESOLVE_BENEATH |
+//! RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)` from a descriptor of the workspace: no `..`,
+//! absolute path or symlink (even one swapped in mid-way) can make the host read or write
+//! outside it. Output files must be regular files (no FIFOs, devices) and are size-capped.
+
+use crate::error::{Error, Result};
+use crate::types::{Encoding, FileSpec, OutputFile};
+use base64::Engine as _;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Component, Path};
+
+/// The largest file read back.
+pub const MAX_OUTPUT_FILE_BYTES: u64 = 10 * 1024 * 1024;
+
+fn check_relative(path: &str) -> Result<&Path> {
+    let p = Path::new(path);
+    if path.is_empty() || path.contains('\0') || p.components().any(|c| !matches!(c, Component::Normal(_) | Component::CurDir)) {
+        return Err(Error::InvalidRequest(format!(
+            "file path {path:?} must be relative to the workspace, without '..' or a leading '/'"
+        )));
+    }
+    Ok(p)
+}
+
+fn open_beneath(dir: &OwnedFd, path: &Path, flags: i32, mode: u32) -> std::io::Result<OwnedFd> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: open_how is a plain C struct; zeroed is a valid value we then fill in.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (flags | libc::O_CLOEXEC | libc::O_NOFOLLOW) as u64;
+    how.mode = if flags & libc::O_CREAT != 0 { mode as u64 } else { 0 };
+    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+    // SAFETY: valid dirfd, NUL-terminated path and an open_how of the size we pass.
+    let fd = unsafe {
+        libc::syscall(libc::SYS_openat2, dir.as_raw_fd(), c.as_ptr(), &how as *const libc::open_how, std::mem::size_of::<libc::open_how>())
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor; we own it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+fn open_dir(p: &Path) -> std::io::Result<OwnedFd> {
+    Ok(std::fs::File::open(p)?.into())
+}
+
+/// Writes the request's files into the workspace, creating parent directories.
+pub fn write_inputs(workspace: &Path, files: &[FileSpec]) -> Result<()> {
+    let root = open_dir(workspace).map_err(|e| Error::io(format!("open workspace {}", workspace.display()), e))?;
+    for f in files {
+        let rel = check_relative(&f.path)?;
+        let bytes = match f.encoding {
+            Encoding::Utf8 => f.content.clone().into_bytes(),
+            Encoding::Base64 => base64::engine::general_purpose::STANDARD
+                .decode(f.content.trim())
+                .map_err(|e| Error::InvalidRequest(format!("file {:?}: invalid base64: {e}", f.path)))?,
+        };
+        // Create each parent directory beneath the workspace, then the file.
+        let mut dir = root.try_clone().map_err(|e| Error::io("dup workspace", e))?;
+        let comps: Vec<_> = rel.components().filter(|c| matches!(c, Component::Normal(_))).collect();
+        for c in &comps[..comps.len().saturating_sub(1)] {
+            let name = Path::new(c.as_os_str());
+            let cname = std::ffi::CString::new(name.as_os_str().as_encoded_bytes()).map_err(|_| Error::InvalidRequest("NUL in path".into()))?;
+            // SAFETY: valid dirfd and NUL-terminated name.
+            unsafe { libc::mkdirat(dir.as_raw_fd(), cname.as_ptr(), 0o755) };
+            dir = open_beneath(&dir, name, libc::O_DIRECTORY | libc::O_RDONLY, 0)
+                .map_err(|e| Error::io(format!("open directory for {:?} in the workspace", f.path), e))?;
+        }
+        let Some(last) = comps.last() else { return Err(Error::InvalidRequest(format!("file path {:?} names no file", f.path))) };
+        let fd = open_beneath(&dir, Path::new(last.as_os_str()), libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, 0o644)
+            .map_err(|e| Error::io(format!("write {:?} into the workspace", f.path), e))?;
+        let mut file = std::fs::File::from(fd);
+        file.write_all(&bytes).map_err(|e| Error::io(format!("write {:?}", f.path), e))?;
+    }
+    Ok(())
+}
+
+/// Reads the requested files back; problems become warnings, not failures of the execution.
+pub fn read_outputs(workspace: &Path, paths: &[String]) -> (Vec<OutputFile>, Vec<String>) {
+    let mut files = Vec::new();
+    let mut warnings = Vec::new();
+    let root = match open_dir(workspace) {
+        Ok(r) => r,
+        Err(e) => return (files, vec![format!("output_files: cannot open the workspace: {e}")]),
+    };
+    for p in paths {
+        let rel = match check_relative(p) {
+            Ok(r) => r,
+            Err(e) => {
+                warnings.push(format!("output_files: {}", e.message_with_hint()));
+                continue;
+            }
+        };
+        let fd = match open_beneath(&root, rel, libc::O_RDONLY | libc::O_NONBLOCK, 0) {
+            Ok(fd) => fd,
+            Err(e) => {
+                warnings.push(format!("output_files: {p:?}: {e}"));
+                continue;
+            }
+        };
+        let mut file = std::fs::File::from(fd);
+        let meta = match file.metadata() {
+            Ok(m) if m.is_file() => m,
+            Ok(_) => {
+                warnings.push(format!("output_files: {p:?} is not a regular file"));
+                continue;
+            }
+            Err(e) => {
+                warnings.push(format!("output_files: {p:?}: {e}"));
+                continue;
+            }
+        };
+        if meta.len() > MAX_OUTPUT_FILE_BYTES {
+            warnings.push(format!("output_files: {p:?} is {} bytes, over the {MAX_OUTPUT_FILE_BYTES}-byte cap", meta.len()));
+            continue;
+        }
+        let mut bytes = Vec::new();
+        if let Err(e) = Read::by_ref(&mut file).take(MAX_OUTPUT_FILE_BYTES).read_to_end(&mut bytes) {
+            warnings.push(format!("output_files: {p:?}: {e}"));
+            continue;
+        }
+        let (content, encoding) = match String::from_utf8(bytes) {
+            Ok(s) => (s, Encoding::Utf8),
+            Err(e) => (base64::engine::general_purpose::STANDARD.encode(e.as_bytes()), Encoding::Base64),
+        };
+        files.push(OutputFile { path: p.clone(), size: meta.len(), content, encoding });
+    }
+    (files, warnings)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(path: &str, content: &str) -> FileSpec {
+        FileSpec { path: path.into(), content: content.into(), encoding: Encoding::Utf8 }
+    }
+
+    #[test]
+    fn round_trip_and_nested_dirs() {
+        let d = tempfile::tempdir().unwrap();
+        write_inputs(d.path(), &[spec("a/b/c.txt", "hi"), FileSpec { path: "bin".into(), content: "/wAB".into(), encoding: Encoding::Base64 }]).unwrap();
+        let (files, warnings) = read_outputs(d.path(), &["a/b/c.txt".into(), "bin".into()]);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(files[0].content, "hi");
+        assert_eq!(files[1].encoding, Encoding::Base64);
+        assert_eq!(files[1].content, "/wAB");
+    }
+
+    #[test]
+    fn escapes_are_refused() {
+        let d = tempfile::tempdir().unwrap();
+        for p in ["../x", "/etc/passwd", "a/../../x", ""] {
+            assert!(write_inputs(d.path(), &[spec(p, "x")]).is_err(), "{p}");
+        }
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), "s3cret").unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret"), d.path().join("link")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), d.path().join("dirlink")).unwrap();
+        let (files, warnings) = read_outputs(d.path(), &["link".into(), "dirlink/secret".into(), "../secret".into()]);
+        assert!(files.is_empty());
+        assert_eq!(warnings.len(), 3);
+        assert!(write_inputs(d.path(), &[spec("dirlink/new", "x")]).is_err());
+        assert!(!outside.path().join("new").exists());
+        assert!(write_inputs(d.path(), &[spec("link", "x")]).is_err());
+        assert_eq!(std::fs::read_to_string(outside.path().join("secret")).unwrap(), "s3cret");
+    }
+
+    #[test]
+    fn fifos_are_not_read() {
+        let d = tempfile::tempdir().unwrap();
+        nix::unistd::mkfifo(&d.path().join("fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let (files, warnings) = read_outputs(d.path(), &["fifo".into()]);
+        assert!(files.is_empty());
+        assert!(warnings[0].contains("not a regular file"), "{warnings:?}");
+    }
+}

@@ -1,0 +1,619 @@
+//! A session: one interpreter kept alive behind a PTY by a backend, running successive cells
+//! with persistent state through its language driver (see `pipeline::wrapper` for the channels
+//! and framing).
+//!
+//! A cell ends when the driver's response arrives on fd 4 and both output streams have shown
+//! the cell's end marker. A timeout first interrupts (SIGINT to the sandbox's process group),
+//! which keeps the session and its state when the interpreter recovers; if it does not answer
+//! within [`INTERRUPT_GRACE`], the sandbox is killed and the next call starts a new one
+//! (`session_restarted`). A sandbox that dies during a cell (crash, `exit`, memory limit) is
+//! reported the same way.
+
+mod files;
+
+use crate::backend::{Backend, ExitInfo, LaunchSpec, Reader, SandboxControl, Writer};
+use crate::error::{Error, Result};
+use crate::pipeline::output::{BoundedCapture, MarkerScanner};
+use crate::pipeline::wrapper::{self, CellResponse, CellStatus};
+use crate::policy::{Limits, Policy};
+use crate::types::{ExecRequest, ExecResult, Language, Status};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+
+/// How long an interrupted cell has to answer before the sandbox is killed.
+pub const INTERRUPT_GRACE: Duration = Duration::from_millis(1500);
+/// How long a new interpreter has to say it is ready.
+pub const START_TIMEOUT: Duration = Duration::from_secs(20);
+/// After the response, how long the end markers may lag behind on the output streams.
+const MARKER_GRACE: Duration = Duration::from_millis(500);
+/// The largest response line (mostly the `result` value) read from a driver.
+const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
+
+/// Which output stream a chunk came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StreamKind {
+    Stdout,
+    Stderr,
+}
+
+/// A chunk of live output, sent while a cell runs.
+#[derive(Debug, Clone)]
+pub struct OutputEvent {
+    pub stream: StreamKind,
+    pub data: Vec<u8>,
+}
+
+/// Per-execution options.
+#[derive(Clone)]
+pub struct ExecOptions {
+    pub timeout: Duration,
+    pub input: BTreeMap<String, serde_json::Value>,
+    /// The cell's stdin is the session terminal (else a read of stdin gets EOF at once).
+    pub interactive: bool,
+    /// Live output, up to the output limit per stream.
+    pub output: Option<mpsc::UnboundedSender<OutputEvent>>,
+    /// Interrupts the running cell when notified (e.g. Ctrl-C in `sandpit repl`).
+    pub cancel: Option<Arc<tokio::sync::Notify>>,
+}
+
+impl ExecOptions {
+    pub fn with_timeout(timeout: Duration) -> Self {
+        ExecOptions { timeout, input: BTreeMap::new(), interactive: false, output: None, cancel: None }
+    }
+}
+
+/// How a session is set up.
+#[derive(Clone)]
+pub struct SessionConfig {
+    pub language: Language,
+    pub session_id: Option<String>,
+    pub workspace: Option<PathBuf>,
+    pub network: bool,
+    pub limits: Limits,
+}
+
+impl SessionConfig {
+    /// The configuration a request asks for, under `policy`.
+    pub fn for_request(policy: &Policy, req: &ExecRequest) -> Self {
+        SessionConfig {
+            language: req.language,
+            session_id: req.session_id.clone(),
+            workspace: None,
+            network: req.network,
+            limits: policy.effective_limits(&req.limits),
+        }
+    }
+}
+
+struct Running {
+    terminal_in: Writer,
+    requests: Writer,
+    responses: BufReader<Reader>,
+    stdout: mpsc::Receiver<Vec<u8>>,
+    stderr: mpsc::Receiver<Vec<u8>>,
+    control: Box<dyn SandboxControl>,
+    version: String,
+    layers: Option<serde_json::Value>,
+}
+
+/// A persistent interpreter session.
+pub struct Session {
+    id: String,
+    spec: LaunchSpec,
+    backend: Arc<dyn Backend>,
+    running: Option<Running>,
+    next_cell: u64,
+    executions: u64,
+    /// State was lost since the last result (crash, kill): the next result says so.
+    lost_state: bool,
+}
+
+/// Reads a chunked stream into a bounded channel, so the child never blocks on a full pipe
+/// while a cell runs and memory stays bounded.
+fn pump(mut r: Reader) -> mpsc::Receiver<Vec<u8>> {
+    use tokio::io::AsyncReadExt;
+    let (tx, rx) = mpsc::channel(16);
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match r.read(&mut buf).await {
+                Ok(0) | Err(_) => break, // EOF, or EIO from a PTY whose other side is gone
+                Ok(n) => {
+                    if tx.send(buf[..n].to_vec()).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    rx
+}
+
+/// Reads one `\n`-terminated line of at most `max` bytes (the rest of a longer line is
+/// discarded and reported as `Err(len)`). `Ok(None)` is EOF.
+async fn read_line_bounded(r: &mut BufReader<Reader>, max: usize) -> std::io::Result<Option<std::result::Result<Vec<u8>, usize>>> {
+    let mut line = Vec::new();
+    let mut total = 0usize;
+    loop {
+        let buf = r.fill_buf().await?;
+        if buf.is_empty() {
+            return Ok(None);
+        }
+        let (chunk, done) = match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => (&buf[..i], i + 1),
+            None => (buf, buf.len()),
+        };
+        total += chunk.len();
+        if line.len() + chunk.len() <= max {
+            line.extend_from_slice(chunk);
+        }
+        let found = done <= buf.len() && buf.get(done - 1) == Some(&b'\n');
+        r.consume(done);
+        if found {
+            return Ok(Some(if total > max { Err(total) } else { Ok(line) }));
+        }
+    }
+}
+
+impl Session {
+    /// Creates a session and starts its interpreter.
+    pub async fn start(policy: &Policy, backend: Arc<dyn Backend>, config: SessionConfig) -> Result<Session> {
+        let id = match config.session_id.clone() {
+            Some(id) => id,
+            None => format!("s-{}", &wrapper::new_nonce()?[..12]),
+        };
+        let interpreter = policy.interpreters.path(config.language).to_path_buf();
+        if !interpreter.is_file() {
+            return Err(Error::BackendUnavailable {
+                backend: backend.kind().as_str().into(),
+                reason: format!(
+                    "the {} interpreter {} does not exist (set it in sandpit.toml [interpreters] or SANDPIT_{})",
+                    config.language,
+                    interpreter.display(),
+                    match config.language {
+                        Language::Python => "PYTHON",
+                        Language::Javascript => "NODE",
+                        Language::Bash => "BASH",
+                    }
+                ),
+            });
+        }
+        let argv = wrapper::driver_argv(config.language, &interpreter)
+            .into_iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let spec = LaunchSpec {
+            session_id: id.clone(),
+            language: config.language,
+            interpreter,
+            argv,
+            env: vec![
+                ("SANDPIT_SESSION_ID".into(), id.clone()),
+                ("SANDPIT_LANGUAGE".into(), config.language.as_str().into()),
+                ("SANDPIT_BACKEND".into(), backend.kind().as_str().into()),
+            ],
+            limits: config.limits,
+            network: config.network,
+            read_only: policy.filesystem.read_only.clone(),
+            workspace: config.workspace,
+            state_dir: policy.state_dir(),
+        };
+        let mut s = Session { id, spec, backend, running: None, next_cell: 1, executions: 0, lost_state: false };
+        s.ensure_running().await?;
+        Ok(s)
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub fn language(&self) -> Language {
+        self.spec.language
+    }
+
+    pub fn backend_name(&self) -> &'static str {
+        self.backend.kind().as_str()
+    }
+
+    pub fn executions(&self) -> u64 {
+        self.executions
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.running.is_some()
+    }
+
+    /// The interpreter's version, as its driver reported it.
+    pub fn interpreter_version(&self) -> Option<&str> {
+        self.running.as_ref().map(|r| r.version.as_str())
+    }
+
+    /// What the helper stage reported in force (native backend), for `doctor` and tests.
+    pub fn layers(&self) -> Option<&serde_json::Value> {
+        self.running.as_ref().and_then(|r| r.layers.as_ref())
+    }
+
+    /// The sandbox's process group on the host, when it has one.
+    pub fn process_group(&self) -> Option<i32> {
+        self.running.as_ref().and_then(|r| r.control.process_group())
+    }
+
+    /// The workspace as a host path.
+    pub fn host_workspace(&self) -> Option<PathBuf> {
+        self.running.as_ref().and_then(|r| r.control.host_workspace())
+    }
+
+    async fn ensure_running(&mut self) -> Result<()> {
+        if self.running.is_some() {
+            return Ok(());
+        }
+        let launched = self.backend.launch(&self.spec).await?;
+        let mut running = Running {
+            terminal_in: launched.terminal_in,
+            requests: launched.requests,
+            responses: BufReader::new(launched.responses),
+            stdout: pump(launched.stdout),
+            stderr: pump(launched.stderr),
+            control: launched.control,
+            version: String::new(),
+            layers: None,
+        };
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            let line = tokio::time::timeout_at(deadline.into(), read_line_bounded(&mut running.responses, MAX_RESPONSE_BYTES)).await;
+            let line = match line {
+                Err(_) => {
+                    running.control.kill();
+                    return Err(Error::sandbox(format!("the {} interpreter did not start within {:?}", self.spec.language, START_TIMEOUT)));
+                }
+                Ok(Err(e)) => return Err(Error::io("read from the sandbox", e)),
+                Ok(Ok(None)) => {
+                    let stderr = drain_text(&mut running.stderr).await;
+                    let exit = running.control.wait().await;
+                    return Err(Error::sandbox(format!(
+                        "the sandbox exited before the interpreter was ready (exit {:?}): {}",
+                        exit.code,
+                        stderr.trim()
+                    )));
+                }
+                Ok(Ok(Some(Err(n)))) => return Err(Error::sandbox(format!("oversized start-up line ({n} bytes)"))),
+                Ok(Ok(Some(Ok(l)))) => l,
+            };
+            let v: serde_json::Value = serde_json::from_slice(&line)
+                .map_err(|e| Error::sandbox(format!("unreadable line from the sandbox: {e}: {}", String::from_utf8_lossy(&line))))?;
+            if let Some(err) = v.get("helper_error") {
+                let _ = running.control.wait().await;
+                return Err(Error::sandbox(format!(
+                    "could not confine the interpreter at step {}: {}",
+                    err["step"].as_str().unwrap_or("?"),
+                    err["message"].as_str().unwrap_or("?")
+                )));
+            }
+            if let Some(layers) = v.get("layers") {
+                running.layers = Some(layers.clone());
+                continue;
+            }
+            if v.get("ready").and_then(|r| r.as_bool()) == Some(true) {
+                running.version = v["version"].as_str().unwrap_or_default().to_string();
+                break;
+            }
+        }
+        tracing::info!(session = %self.id, language = %self.spec.language, backend = self.backend_name(), version = %running.version, "session started");
+        self.running = Some(running);
+        Ok(())
+    }
+
+    /// Kills the interpreter (the next execution starts a new one, with fresh state).
+    pub async fn kill(&mut self) {
+        if let Some(r) = self.running.take() {
+            r.control.kill();
+            let _ = tokio::time::timeout(Duration::from_secs(2), r.control.wait()).await;
+            tracing::info!(session = %self.id, "session killed");
+        }
+    }
+
+    /// Runs a whole request (files in, code, files out) in this session.
+    pub async fn run_request(&mut self, req: &ExecRequest, output: Option<mpsc::UnboundedSender<OutputEvent>>) -> Result<ExecResult> {
+        if !req.packages.is_empty() {
+            return Err(Error::PackageInstall(
+                "installing packages into a session is not supported in this version of sandpit".into(),
+            ));
+        }
+        self.ensure_running().await?;
+        if !req.files.is_empty() {
+            let ws = self.host_workspace().ok_or_else(|| Error::sandbox("this backend cannot write files into the workspace"))?;
+            files::write_inputs(&ws, &req.files)?;
+        }
+        let opts = ExecOptions {
+            timeout: Duration::from_millis(req.timeout_ms),
+            input: req.input_data.clone(),
+            interactive: false,
+            output,
+            cancel: None,
+        };
+        let mut result = self.execute(&req.code, opts).await?;
+        if !req.output_files.is_empty() {
+            match self.host_workspace() {
+                Some(ws) => {
+                    let (files, warnings) = files::read_outputs(&ws, &req.output_files);
+                    result.files = files;
+                    result.warnings.extend(warnings);
+                }
+                None => result.warnings.push("output_files: this backend cannot read the workspace".into()),
+            }
+        }
+        Ok(result)
+    }
+
+    /// Runs one cell.
+    pub async fn execute(&mut self, code: &str, opts: ExecOptions) -> Result<ExecResult> {
+        let started = Instant::now();
+        let was_lost = std::mem::take(&mut self.lost_state);
+        self.ensure_running().await?;
+        let limit = self.spec.limits.output_bytes as usize;
+        let language = self.spec.language;
+        let id = self.next_cell;
+        self.next_cell += 1;
+        self.executions += 1;
+        let nonce = wrapper::new_nonce()?;
+        let frame = wrapper::encode_request(language, id, &nonce, opts.interactive, &opts.input, code);
+        let marker = wrapper::end_marker(&nonce);
+        let Some(run) = self.running.as_mut() else { return Err(Error::sandbox("session not running")) };
+
+        // Output left over from between cells (a background process) belongs to no cell.
+        while run.stdout.try_recv().is_ok() {}
+        while run.stderr.try_recv().is_ok() {}
+        if !opts.interactive {
+            // A read of stdin sees EOF: drop unread input, then queue one end-of-file.
+            run.control.flush_terminal_input()?;
+            let _ = run.terminal_in.write_all(b"\x04").await;
+        }
+        let sent = async {
+            run.requests.write_all(&frame).await?;
+            run.requests.flush().await
+        }
+        .await;
+
+        let mut out = StreamState::new(StreamKind::Stdout, marker.clone(), limit, opts.output.clone());
+        let mut err = StreamState::new(StreamKind::Stderr, marker, limit, opts.output.clone());
+        let mut response: Option<CellResponse> = None;
+        let mut warnings = Vec::new();
+        let mut died = sent.is_err();
+        let mut timed_out = false;
+        let mut user_interrupted = false;
+        let mut deadline = started + opts.timeout;
+        let mut interrupted_at: Option<Instant> = None;
+        let mut marker_deadline: Option<Instant> = None;
+        let cancel = opts.cancel.clone();
+
+        while !died {
+            if response.is_some() && out.done() && err.done() {
+                break;
+            }
+            let wake = match (response.is_some(), marker_deadline) {
+                (true, Some(m)) => m,
+                _ => deadline,
+            };
+            tokio::select! {
+                line = read_line_bounded(&mut run.responses, MAX_RESPONSE_BYTES), if response.is_none() => {
+                    match line {
+                        Ok(Some(Ok(l))) => match serde_json::from_slice::<CellResponse>(&l) {
+                            Ok(r) if r.id == id && r.nonce == nonce => {
+                                response = Some(r);
+                                marker_deadline = Some(Instant::now() + MARKER_GRACE);
+                            }
+                            Ok(_) => warnings.push("ignored a response for another cell".into()),
+                            Err(e) => warnings.push(format!("ignored an unreadable response line: {e}")),
+                        },
+                        Ok(Some(Err(n))) => {
+                            // Too large to keep (a huge `result`): the cell is over, its value is not.
+                            warnings.push(format!("the cell's response ({n} bytes) exceeded {MAX_RESPONSE_BYTES} bytes; result dropped"));
+                            response = Some(CellResponse { id, nonce: nonce.clone(), status: CellStatus::Ok, exit_code: 0, result: None, exception: None, warnings: vec![] });
+                            marker_deadline = Some(Instant::now() + MARKER_GRACE);
+                        }
+                        Ok(None) | Err(_) => died = true,
+                    }
+                }
+                chunk = run.stdout.recv(), if !out.done() => out.take(chunk),
+                chunk = run.stderr.recv(), if !err.done() => err.take(chunk),
+                _ = async { match &cancel { Some(c) => c.notified().await, None => std::future::pending().await } }, if interrupted_at.is_none() => {
+                    user_interrupted = true;
+                    interrupted_at = Some(Instant::now());
+                    let _ = run.control.interrupt();
+                    deadline = Instant::now() + INTERRUPT_GRACE;
+                }
+                _ = tokio::time::sleep_until(wake.into()) => {
+                    if response.is_some() {
+                        // The response came but a marker did not (the code closed its stdout?).
+                        break;
+                    }
+                    if interrupted_at.is_none() {
+                        timed_out = true;
+                        interrupted_at = Some(Instant::now());
+                        tracing::info!(session = %self.id, "timeout: interrupting the cell");
+                        let _ = run.control.interrupt();
+                        deadline = Instant::now() + INTERRUPT_GRACE;
+                    } else {
+                        tracing::info!(session = %self.id, "the interrupted cell did not answer: killing the session");
+                        run.control.kill();
+                        died = true;
+                    }
+                }
+            }
+        }
+
+        let mut exit_info: Option<ExitInfo> = None;
+        if died {
+            // Collect what was written before the end, then how the sandbox ended.
+            let run = self.running.take();
+            if let Some(mut run) = run {
+                let collect = async {
+                    loop {
+                        tokio::select! {
+                            c = run.stdout.recv(), if !out.closed => out.take(c),
+                            c = run.stderr.recv(), if !err.closed => err.take(c),
+                            else => break,
+                        }
+                    }
+                };
+                let _ = tokio::time::timeout(Duration::from_millis(300), collect).await;
+                run.control.kill();
+                exit_info = tokio::time::timeout(Duration::from_secs(2), run.control.wait()).await.ok();
+            }
+            self.lost_state = false;
+            tracing::info!(session = %self.id, exit = ?exit_info, "session ended during a cell");
+        }
+
+        let mut result = ExecResult {
+            status: Status::Ok,
+            stdout: String::new(),
+            stderr: String::new(),
+            exit_code: None,
+            result: None,
+            exception: None,
+            error: None,
+            timed_out,
+            truncated: out.capture.truncated() || err.capture.truncated(),
+            session_id: Some(self.id.clone()),
+            session_restarted: was_lost || died,
+            backend: self.backend_name().to_string(),
+            language,
+            duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+            warnings,
+            files: Vec::new(),
+        };
+        for s in [&out, &err] {
+            if s.capture.truncated() {
+                result.warnings.push(format!(
+                    "{} truncated: {} bytes dropped (limit {limit} bytes; head and tail kept)",
+                    match s.kind {
+                        StreamKind::Stdout => "stdout",
+                        StreamKind::Stderr => "stderr",
+                    },
+                    s.capture.dropped()
+                ));
+            }
+        }
+        match (response, exit_info) {
+            (Some(r), _) => {
+                result.exit_code = Some(r.exit_code);
+                result.result = r.result;
+                result.exception = r.exception;
+                result.warnings.extend(r.warnings);
+                result.status = if timed_out {
+                    Status::Timeout
+                } else {
+                    match r.status {
+                        CellStatus::Ok => Status::Ok,
+                        CellStatus::Error | CellStatus::Interrupted => Status::Error,
+                    }
+                };
+                if timed_out {
+                    result.warnings.push(format!("timed out after {} ms; the cell was interrupted and the session kept its state", opts.timeout.as_millis()));
+                } else if user_interrupted {
+                    result.warnings.push("interrupted".into());
+                }
+            }
+            (None, exit) => {
+                let exit = exit.unwrap_or_default();
+                result.exit_code = exit.code.or(exit.signal.map(|s| 128 + s));
+                if timed_out {
+                    result.status = Status::Timeout;
+                    result.warnings.push(format!(
+                        "timed out after {} ms and did not respond to an interrupt: the session was killed; its state is lost",
+                        opts.timeout.as_millis()
+                    ));
+                } else if exit.oom_killed || exit.signal == Some(libc::SIGKILL) {
+                    result.status = Status::Killed;
+                    result.warnings.push(if exit.oom_killed {
+                        format!("killed by the memory limit ({} MB); the session was restarted", self.spec.limits.memory_mb)
+                    } else {
+                        "killed (SIGKILL); the session was restarted".to_string()
+                    });
+                } else {
+                    result.status = Status::Error;
+                    result.warnings.push(format!(
+                        "the interpreter exited (status {}) during the cell; its state is lost and the next call starts a new one",
+                        result.exit_code.map(|c| c.to_string()).unwrap_or_else(|| "unknown".into())
+                    ));
+                }
+            }
+        }
+        result.stdout = out.capture.finish();
+        result.stderr = err.capture.finish();
+        tracing::info!(
+            session = %self.id, language = %language, backend = %result.backend,
+            status = ?result.status, duration_ms = result.duration_ms, "execution"
+        );
+        Ok(result)
+    }
+}
+
+/// One output stream of a running cell: marker detection, the bounded capture, live output.
+struct StreamState {
+    kind: StreamKind,
+    scanner: MarkerScanner,
+    capture: BoundedCapture,
+    live: Option<mpsc::UnboundedSender<OutputEvent>>,
+    live_budget: usize,
+    closed: bool,
+}
+
+impl StreamState {
+    fn new(kind: StreamKind, marker: Vec<u8>, limit: usize, live: Option<mpsc::UnboundedSender<OutputEvent>>) -> Self {
+        StreamState { kind, scanner: MarkerScanner::new(marker), capture: BoundedCapture::new(limit), live, live_budget: limit, closed: false }
+    }
+
+    fn done(&self) -> bool {
+        self.closed || self.scanner.found()
+    }
+
+    fn take(&mut self, chunk: Option<Vec<u8>>) {
+        let Some(chunk) = chunk else {
+            self.closed = true;
+            let (cap, live, budget, kind) = (&mut self.capture, &self.live, &mut self.live_budget, self.kind);
+            self.scanner.flush(|b| emit(cap, live, budget, kind, b));
+            return;
+        };
+        let (cap, live, budget, kind) = (&mut self.capture, &self.live, &mut self.live_budget, self.kind);
+        self.scanner.feed(&chunk, |b| emit(cap, live, budget, kind, b));
+    }
+}
+
+fn emit(cap: &mut BoundedCapture, live: &Option<mpsc::UnboundedSender<OutputEvent>>, budget: &mut usize, kind: StreamKind, b: &[u8]) {
+    if b.is_empty() {
+        return;
+    }
+    cap.push(b);
+    if let Some(tx) = live {
+        let n = b.len().min(*budget);
+        if n > 0 {
+            *budget -= n;
+            let _ = tx.send(OutputEvent { stream: kind, data: b[..n].to_vec() });
+        }
+    }
+}
+
+async fn drain_text(rx: &mut mpsc::Receiver<Vec<u8>>) -> String {
+    let mut cap = BoundedCapture::new(4096);
+    let _ = tokio::time::timeout(Duration::from_millis(300), async {
+        while let Some(c) = rx.recv().await {
+            cap.push(&c);
+        }
+    })
+    .await;
+    cap.finish()
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if let Some(r) = &self.running {
+            r.control.kill();
+        }
+    }
+}

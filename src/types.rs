@@ -1,0 +1,297 @@
+//! The wire types of `interface.md` §1: `ExecRequest` in, `ExecResult` out.
+//!
+//! These are the JSON shapes every interface (CLI `--json`, MCP, HTTP, the library) speaks,
+//! snake_case everywhere. Validation of a request against the server's policy lives in
+//! [`crate::policy::Policy::validate`], not here.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A language sandpit can run. Aliases are accepted on input (`py`, `js`, `node`, `sh`, `shell`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Language {
+    Python,
+    Javascript,
+    Bash,
+}
+
+impl Language {
+    pub const ALL: [Language; 3] = [Language::Python, Language::Javascript, Language::Bash];
+
+    /// The canonical name used in results and on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Language::Python => "python",
+            Language::Javascript => "javascript",
+            Language::Bash => "bash",
+        }
+    }
+
+    /// Parses a canonical name or an accepted alias.
+    pub fn parse(s: &str) -> Option<Language> {
+        match s.to_ascii_lowercase().as_str() {
+            "python" | "py" | "python3" => Some(Language::Python),
+            "javascript" | "js" | "node" | "nodejs" => Some(Language::Javascript),
+            "bash" | "sh" | "shell" => Some(Language::Bash),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Language {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Language {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Language::parse(s).ok_or_else(|| {
+            format!("unknown language {s:?}; expected python, javascript or bash (aliases: py, js, node, sh, shell)")
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for Language {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// How a file's `content` is encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Encoding {
+    #[default]
+    Utf8,
+    Base64,
+}
+
+/// A file written into the workspace before the code runs, or read back after.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileSpec {
+    pub path: String,
+    pub content: String,
+    #[serde(default)]
+    pub encoding: Encoding,
+}
+
+/// A file read back from the workspace after the run (`output_files`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutputFile {
+    pub path: String,
+    pub size: u64,
+    pub content: String,
+    pub encoding: Encoding,
+}
+
+/// Per-request limits: they may only tighten the policy's maxima.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestLimits {
+    pub memory_mb: Option<u64>,
+    pub cpus: Option<f64>,
+    pub pids: Option<u64>,
+    pub output_bytes: Option<u64>,
+}
+
+fn default_timeout_ms() -> u64 {
+    30_000
+}
+fn default_user() -> String {
+    "default".to_string()
+}
+
+/// `ExecRequest` of `interface.md` §1.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecRequest {
+    pub language: Language,
+    pub code: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u64,
+    #[serde(default)]
+    pub input_data: BTreeMap<String, serde_json::Value>,
+    #[serde(default)]
+    pub files: Vec<FileSpec>,
+    #[serde(default)]
+    pub output_files: Vec<String>,
+    #[serde(default)]
+    pub packages: Vec<String>,
+    #[serde(default)]
+    pub network: bool,
+    #[serde(default)]
+    pub limits: RequestLimits,
+    #[serde(default = "default_user")]
+    pub user: String,
+}
+
+impl ExecRequest {
+    /// A request with every optional field at its default.
+    pub fn new(language: Language, code: impl Into<String>) -> Self {
+        ExecRequest {
+            language,
+            code: code.into(),
+            session_id: None,
+            timeout_ms: default_timeout_ms(),
+            input_data: BTreeMap::new(),
+            files: Vec::new(),
+            output_files: Vec::new(),
+            packages: Vec::new(),
+            network: false,
+            limits: RequestLimits::default(),
+            user: default_user(),
+        }
+    }
+}
+
+/// How an execution ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// The code finished normally.
+    Ok,
+    /// The code raised or exited non-zero.
+    Error,
+    /// The timeout fired.
+    Timeout,
+    /// Policy or analyzer refused it before running.
+    Blocked,
+    /// A limit (memory, pids, output flood) or a signal ended it.
+    Killed,
+}
+
+/// A structured exception raised by python/javascript code.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExceptionInfo {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub message: String,
+    pub traceback: String,
+}
+
+/// A runtime or policy error, with its API code.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorInfo {
+    pub code: crate::error::ErrorCode,
+    pub message: String,
+}
+
+/// `ExecResult` of `interface.md` §1.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecResult {
+    pub status: Status,
+    pub stdout: String,
+    pub stderr: String,
+    pub exit_code: Option<i32>,
+    pub result: Option<serde_json::Value>,
+    pub exception: Option<ExceptionInfo>,
+    pub error: Option<ErrorInfo>,
+    pub timed_out: bool,
+    pub truncated: bool,
+    pub session_id: Option<String>,
+    pub session_restarted: bool,
+    pub backend: String,
+    pub language: Language,
+    pub duration_ms: f64,
+    pub warnings: Vec<String>,
+    pub files: Vec<OutputFile>,
+}
+
+impl ExecResult {
+    /// A result for an execution that never ran because of `err`.
+    pub fn from_error(req_language: Language, backend: &str, err: &crate::Error) -> Self {
+        let status = match err.code() {
+            crate::error::ErrorCode::SecurityBlocked | crate::error::ErrorCode::PolicyDenied => {
+                Status::Blocked
+            }
+            crate::error::ErrorCode::Timeout => Status::Timeout,
+            _ => Status::Error,
+        };
+        ExecResult {
+            status,
+            stdout: String::new(),
+            stderr: String::new(),
+            exit_code: None,
+            result: None,
+            exception: None,
+            error: Some(ErrorInfo {
+                code: err.code(),
+                message: err.message_with_hint(),
+            }),
+            timed_out: false,
+            truncated: false,
+            session_id: None,
+            session_restarted: false,
+            backend: backend.to_string(),
+            language: req_language,
+            duration_ms: 0.0,
+            warnings: Vec::new(),
+            files: Vec::new(),
+        }
+    }
+
+    /// The process exit code the CLI uses for this result (`interface.md` §3).
+    pub fn cli_exit_code(&self) -> i32 {
+        use crate::error::ErrorCode;
+        match self.status {
+            Status::Timeout => 124,
+            Status::Blocked => 126,
+            _ => match &self.error {
+                Some(e) if matches!(e.code, ErrorCode::SecurityBlocked | ErrorCode::PolicyDenied) => 126,
+                Some(e) if e.code == ErrorCode::InvalidRequest => 2,
+                Some(e) if e.code == ErrorCode::Timeout => 124,
+                Some(_) if self.exit_code.is_none() => 125,
+                _ => self.exit_code.unwrap_or(125).clamp(0, 255),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn language_aliases_parse() {
+        for (s, l) in [
+            ("py", Language::Python),
+            ("JS", Language::Javascript),
+            ("node", Language::Javascript),
+            ("sh", Language::Bash),
+            ("shell", Language::Bash),
+        ] {
+            assert_eq!(Language::parse(s), Some(l));
+        }
+        assert!(Language::parse("ruby").is_none());
+    }
+
+    #[test]
+    fn request_defaults_and_unknown_fields() {
+        let r: ExecRequest = serde_json::from_str(r#"{"language":"py","code":"1"}"#).unwrap();
+        assert_eq!(r.timeout_ms, 30_000);
+        assert_eq!(r.user, "default");
+        assert_eq!(r.language, Language::Python);
+        assert!(serde_json::from_str::<ExecRequest>(r#"{"language":"py","code":"1","bogus":1}"#).is_err());
+    }
+
+    #[test]
+    fn result_serializes_snake_case_with_type_field() {
+        let mut r = ExecResult::from_error(
+            Language::Bash,
+            "linux",
+            &crate::Error::InvalidRequest("x".into()),
+        );
+        r.exception = Some(ExceptionInfo { kind: "ValueError".into(), message: "m".into(), traceback: "t".into() });
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["exception"]["type"], "ValueError");
+        assert_eq!(v["error"]["code"], "INVALID_REQUEST");
+        assert_eq!(v["language"], "bash");
+        assert_eq!(r.cli_exit_code(), 2);
+    }
+}
