@@ -35,7 +35,11 @@ pub enum Error {
     #[error("session {0} not found")]
     SessionNotFound(String),
     #[error("session {id} runs {actual}, not {requested}")]
-    SessionLanguageMismatch { id: String, actual: String, requested: String },
+    SessionLanguageMismatch {
+        id: String,
+        actual: String,
+        requested: String,
+    },
     #[error("session {0} belongs to another user")]
     SessionForbidden(String),
     #[error("sandbox error: {message}")]
@@ -61,12 +65,18 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 impl Error {
     /// A sandbox failure with a message and no underlying error.
     pub fn sandbox(message: impl Into<String>) -> Self {
-        Error::Sandbox { message: message.into(), source: None }
+        Error::Sandbox {
+            message: message.into(),
+            source: None,
+        }
     }
 
     /// An I/O error that names what was being done (and the path, where there is one).
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        Error::Io { context: context.into(), source }
+        Error::Io {
+            context: context.into(),
+            source,
+        }
     }
 
     /// The API code of this error.
@@ -101,7 +111,10 @@ impl Error {
     /// The message with the source chain and the hint, as users see it.
     pub fn message_with_hint(&self) -> String {
         let mut msg = self.to_string();
-        if let Error::Sandbox { source: Some(s), .. } = self {
+        if let Error::Sandbox {
+            source: Some(s), ..
+        } = self
+        {
             msg.push_str(&format!(": {s}"));
         }
         if let Some(h) = self.hint() {

@@ -6,6 +6,8 @@
 //! PTY driven by the [`pipeline`]'s language drivers), and the [`backend`]s that start confined
 //! interpreters from a [`policy`].
 
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod backend;
 pub mod cli;
 pub mod error;

@@ -125,11 +125,22 @@ impl Policy {
             merge(&mut merged, overlay);
         }
         let env_overrides = apply_env(&mut merged, |k| std::env::var(k).ok())?;
-        let policy: Policy = merged
-            .try_into()
-            .map_err(|e| Error::Config(format!("{}: {e}", file.as_deref().unwrap_or(Path::new("environment")).display())))?;
+        let policy: Policy = merged.try_into().map_err(|e| {
+            Error::Config(format!(
+                "{}: {e}",
+                file.as_deref()
+                    .unwrap_or(Path::new("environment"))
+                    .display()
+            ))
+        })?;
         policy.check()?;
-        Ok((policy, ConfigSource { file, env_overrides }))
+        Ok((
+            policy,
+            ConfigSource {
+                file,
+                env_overrides,
+            },
+        ))
     }
 
     fn check(&self) -> Result<()> {
@@ -140,7 +151,12 @@ impl Policy {
             )));
         }
         let l = &self.limits;
-        if l.memory_mb < 16 || l.pids < 4 || l.output_bytes < 64 || l.cpus <= 0.0 || l.open_files < 16 {
+        if l.memory_mb < 16
+            || l.pids < 4
+            || l.output_bytes < 64
+            || l.cpus <= 0.0
+            || l.open_files < 16
+        {
             return Err(Error::Config(
                 "limits are too small to start an interpreter (memory_mb >= 16, pids >= 4, output_bytes >= 64, cpus > 0, open_files >= 16)".into(),
             ));
@@ -170,10 +186,14 @@ impl Policy {
         let l = &req.limits;
         let over = |name: &str, asked: f64, max: f64| -> Result<()> {
             if asked > max {
-                return Err(Error::PolicyDenied(format!("limits.{name} {asked} exceeds the policy maximum {max}")));
+                return Err(Error::PolicyDenied(format!(
+                    "limits.{name} {asked} exceeds the policy maximum {max}"
+                )));
             }
             if asked <= 0.0 {
-                return Err(Error::InvalidRequest(format!("limits.{name} must be positive")));
+                return Err(Error::InvalidRequest(format!(
+                    "limits.{name} must be positive"
+                )));
             }
             Ok(())
         };
@@ -196,7 +216,9 @@ impl Policy {
                 )));
             }
             if req.language == crate::types::Language::Bash && key.starts_with("SANDPIT_") {
-                return Err(Error::InvalidRequest(format!("input_data key {key:?} may not override a SANDPIT_ variable")));
+                return Err(Error::InvalidRequest(format!(
+                    "input_data key {key:?} may not override a SANDPIT_ variable"
+                )));
             }
         }
         if req.code.contains('\0') {
@@ -233,9 +255,9 @@ impl Policy {
         if uid == 0 {
             return PathBuf::from("/var/lib/sandpit");
         }
-        match dirs::runtime_dir().or_else(dirs::cache_dir) {
+        match dirs::runtime_dir() {
             Some(d) => d.join("sandpit"),
-            None => std::env::temp_dir().join(format!("sandpit-{uid}")),
+            None => PathBuf::from(format!("/tmp/sandpit-{uid}")),
         }
     }
 }
@@ -285,11 +307,16 @@ pub const ENV_KEYS: &[(&str, &str, &str)] = &[
     ("SANDPIT_UID_COUNT", "linux", "uid_count"),
 ];
 
-fn apply_env(merged: &mut toml::Value, get: impl Fn(&str) -> Option<String>) -> Result<Vec<String>> {
+fn apply_env(
+    merged: &mut toml::Value,
+    get: impl Fn(&str) -> Option<String>,
+) -> Result<Vec<String>> {
     let mut applied = Vec::new();
     for (var, table, key) in ENV_KEYS {
         let Some(raw) = get(var) else { continue };
-        let Some(tbl) = merged.get_mut(*table).and_then(|t| t.as_table_mut()) else { continue };
+        let Some(tbl) = merged.get_mut(*table).and_then(|t| t.as_table_mut()) else {
+            continue;
+        };
         let old = tbl.get(*key).cloned();
         let value = match old {
             Some(toml::Value::Integer(_)) => raw
@@ -344,18 +371,26 @@ mod tests {
         assert!(p.network.allow);
         assert_eq!(p.limits.cpus, 0.5);
         let mut v: toml::Value = toml::from_str(DEFAULT_POLICY).unwrap();
-        assert!(apply_env(&mut v, |k| (k == "SANDPIT_PIDS").then(|| "lots".to_string())).is_err());
+        assert!(apply_env(&mut v, |k| (k == "SANDPIT_PIDS")
+            .then(|| "lots".to_string()))
+        .is_err());
     }
 
     #[test]
     fn requests_may_only_tighten() {
         let p = Policy::default();
         let mut req = ExecRequest::new(Language::Python, "1");
-        req.limits = RequestLimits { memory_mb: Some(64), ..Default::default() };
+        req.limits = RequestLimits {
+            memory_mb: Some(64),
+            ..Default::default()
+        };
         p.validate(&req).unwrap();
         assert_eq!(p.effective_limits(&req.limits).memory_mb, 64);
         req.limits.memory_mb = Some(1 << 20);
-        assert_eq!(p.validate(&req).unwrap_err().code(), crate::error::ErrorCode::PolicyDenied);
+        assert_eq!(
+            p.validate(&req).unwrap_err().code(),
+            crate::error::ErrorCode::PolicyDenied
+        );
     }
 
     #[test]
@@ -364,7 +399,10 @@ mod tests {
         for t in [99, 300_001] {
             let mut req = ExecRequest::new(Language::Python, "1");
             req.timeout_ms = t;
-            assert_eq!(p.validate(&req).unwrap_err().code(), crate::error::ErrorCode::InvalidRequest);
+            assert_eq!(
+                p.validate(&req).unwrap_err().code(),
+                crate::error::ErrorCode::InvalidRequest
+            );
         }
     }
 
@@ -373,7 +411,10 @@ mod tests {
         let mut p = Policy::default();
         let mut req = ExecRequest::new(Language::Python, "1");
         req.network = true;
-        assert_eq!(p.validate(&req).unwrap_err().code(), crate::error::ErrorCode::PolicyDenied);
+        assert_eq!(
+            p.validate(&req).unwrap_err().code(),
+            crate::error::ErrorCode::PolicyDenied
+        );
         p.network.allow = true;
         p.validate(&req).unwrap();
     }

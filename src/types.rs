@@ -243,7 +243,11 @@ impl ExecResult {
             Status::Timeout => 124,
             Status::Blocked => 126,
             _ => match &self.error {
-                Some(e) if matches!(e.code, ErrorCode::SecurityBlocked | ErrorCode::PolicyDenied) => 126,
+                Some(e)
+                    if matches!(e.code, ErrorCode::SecurityBlocked | ErrorCode::PolicyDenied) =>
+                {
+                    126
+                }
                 Some(e) if e.code == ErrorCode::InvalidRequest => 2,
                 Some(e) if e.code == ErrorCode::Timeout => 124,
                 Some(_) if self.exit_code.is_none() => 125,
@@ -277,7 +281,10 @@ mod tests {
         assert_eq!(r.timeout_ms, 30_000);
         assert_eq!(r.user, "default");
         assert_eq!(r.language, Language::Python);
-        assert!(serde_json::from_str::<ExecRequest>(r#"{"language":"py","code":"1","bogus":1}"#).is_err());
+        assert!(
+            serde_json::from_str::<ExecRequest>(r#"{"language":"py","code":"1","bogus":1}"#)
+                .is_err()
+        );
     }
 
     #[test]
@@ -287,7 +294,11 @@ mod tests {
             "linux",
             &crate::Error::InvalidRequest("x".into()),
         );
-        r.exception = Some(ExceptionInfo { kind: "ValueError".into(), message: "m".into(), traceback: "t".into() });
+        r.exception = Some(ExceptionInfo {
+            kind: "ValueError".into(),
+            message: "m".into(),
+            traceback: "t".into(),
+        });
         let v = serde_json::to_value(&r).unwrap();
         assert_eq!(v["exception"]["type"], "ValueError");
         assert_eq!(v["error"]["code"], "INVALID_REQUEST");

@@ -32,8 +32,13 @@ pub enum BackendKind {
 }
 
 impl BackendKind {
-    pub const ALL: [BackendKind; 5] =
-        [BackendKind::Docker, BackendKind::Linux, BackendKind::Macos, BackendKind::Wasi, BackendKind::Unsandboxed];
+    pub const ALL: [BackendKind; 5] = [
+        BackendKind::Docker,
+        BackendKind::Linux,
+        BackendKind::Macos,
+        BackendKind::Wasi,
+        BackendKind::Unsandboxed,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -155,11 +160,19 @@ pub struct Availability {
 
 /// Every backend's availability on this host, in `auto` preference order.
 pub fn report(policy: &Policy, helper: &std::path::Path) -> Vec<Availability> {
-    BackendKind::ALL.iter().map(|k| availability(*k, policy, helper)).collect()
+    BackendKind::ALL
+        .iter()
+        .map(|k| availability(*k, policy, helper))
+        .collect()
 }
 
 fn unavailable(backend: BackendKind, detail: &str) -> Availability {
-    Availability { backend, available: false, detail: detail.to_string(), facts: vec![] }
+    Availability {
+        backend,
+        available: false,
+        detail: detail.to_string(),
+        facts: vec![],
+    }
 }
 
 fn availability(kind: BackendKind, policy: &Policy, helper: &std::path::Path) -> Availability {
@@ -168,9 +181,17 @@ fn availability(kind: BackendKind, policy: &Policy, helper: &std::path::Path) ->
         BackendKind::Linux => linux::availability(policy, helper),
         #[cfg(not(target_os = "linux"))]
         BackendKind::Linux => unavailable(kind, "the native Linux backend needs Linux"),
-        BackendKind::Docker => unavailable(kind, "not built yet in this version of sandpit (issue 3)"),
-        BackendKind::Macos => unavailable(kind, "needs macOS (sandbox-exec); not built yet in this version"),
-        BackendKind::Wasi => unavailable(kind, "not built yet in this version of sandpit (wasmtime fallback)"),
+        BackendKind::Docker => {
+            unavailable(kind, "not built yet in this version of sandpit (issue 3)")
+        }
+        BackendKind::Macos => unavailable(
+            kind,
+            "needs macOS (sandbox-exec); not built yet in this version",
+        ),
+        BackendKind::Wasi => unavailable(
+            kind,
+            "not built yet in this version of sandpit (wasmtime fallback)",
+        ),
         BackendKind::Unsandboxed => Availability {
             backend: kind,
             available: true,
@@ -182,10 +203,19 @@ fn availability(kind: BackendKind, policy: &Policy, helper: &std::path::Path) ->
 
 /// Picks and constructs the backend for `choice` (`interface.md` §3: `auto` takes Docker when a
 /// daemon answers and the image is present, else the native backend, else WASI, else fails).
-pub fn select(choice: BackendChoice, policy: &Policy, helper: &std::path::Path) -> Result<std::sync::Arc<dyn Backend>> {
+pub fn select(
+    choice: BackendChoice,
+    policy: &Policy,
+    helper: &std::path::Path,
+) -> Result<std::sync::Arc<dyn Backend>> {
     let wanted: Vec<BackendKind> = match choice {
         BackendChoice::Only(k) => vec![k],
-        BackendChoice::Auto => vec![BackendKind::Docker, BackendKind::Linux, BackendKind::Macos, BackendKind::Wasi],
+        BackendChoice::Auto => vec![
+            BackendKind::Docker,
+            BackendKind::Linux,
+            BackendKind::Macos,
+            BackendKind::Wasi,
+        ],
     };
     let mut reasons = Vec::new();
     for kind in wanted {
@@ -196,7 +226,10 @@ pub fn select(choice: BackendChoice, policy: &Policy, helper: &std::path::Path) 
         }
         return Ok(match kind {
             #[cfg(target_os = "linux")]
-            BackendKind::Linux => std::sync::Arc::new(linux::LinuxBackend::new(policy.clone(), helper.to_path_buf())),
+            BackendKind::Linux => std::sync::Arc::new(linux::LinuxBackend::new(
+                policy.clone(),
+                helper.to_path_buf(),
+            )),
             BackendKind::Unsandboxed => std::sync::Arc::new(unsandboxed::UnsandboxedBackend::new()),
             _ => unreachable_backend(kind)?,
         });
@@ -211,7 +244,10 @@ pub fn select(choice: BackendChoice, policy: &Policy, helper: &std::path::Path) 
 }
 
 fn unreachable_backend(kind: BackendKind) -> Result<std::sync::Arc<dyn Backend>> {
-    Err(Error::BackendUnavailable { backend: kind.as_str().into(), reason: "not built in this version".into() })
+    Err(Error::BackendUnavailable {
+        backend: kind.as_str().into(),
+        reason: "not built in this version".into(),
+    })
 }
 
 /// The `sandpit` binary that runs the helper stage: `SANDPIT_HELPER`, else this executable.
@@ -219,5 +255,10 @@ pub fn helper_path() -> Result<PathBuf> {
     if let Some(p) = std::env::var_os("SANDPIT_HELPER") {
         return Ok(PathBuf::from(p));
     }
-    std::env::current_exe().map_err(|e| Error::io("cannot find the sandpit executable for the helper stage (set SANDPIT_HELPER)", e))
+    std::env::current_exe().map_err(|e| {
+        Error::io(
+            "cannot find the sandpit executable for the helper stage (set SANDPIT_HELPER)",
+            e,
+        )
+    })
 }

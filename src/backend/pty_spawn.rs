@@ -14,7 +14,8 @@ fn configure_terminal(fd: impl AsFd) -> Result<()> {
     let map = |e: nix::Error| Error::sandbox(format!("configure the session terminal: {e}"));
     let mut t = tcgetattr(&fd).map_err(map)?;
     t.local_flags.insert(LocalFlags::ICANON | LocalFlags::ISIG);
-    t.local_flags.remove(LocalFlags::ECHO | LocalFlags::ECHOE | LocalFlags::ECHOK | LocalFlags::ECHONL);
+    t.local_flags
+        .remove(LocalFlags::ECHO | LocalFlags::ECHOE | LocalFlags::ECHOK | LocalFlags::ECHONL);
     t.output_flags.remove(OutputFlags::OPOST);
     tcsetattr(&fd, SetArg::TCSANOW, &t).map_err(map)
 }
@@ -22,7 +23,8 @@ fn configure_terminal(fd: impl AsFd) -> Result<()> {
 /// A pipe whose ends are close-on-exec and numbered >= 10, so the child's dup2 onto 3 and 4
 /// can never clobber one with the other.
 fn pipe_high() -> Result<(OwnedFd, OwnedFd)> {
-    let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| Error::sandbox(format!("pipe: {e}")))?;
+    let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| Error::sandbox(format!("pipe: {e}")))?;
     let high = |fd: OwnedFd| -> Result<OwnedFd> {
         let n = nix::fcntl::fcntl(fd.as_raw_fd(), nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(10))
             .map_err(|e| Error::sandbox(format!("fcntl(F_DUPFD_CLOEXEC): {e}")))?;
@@ -83,7 +85,10 @@ pub fn spawn(program: Program, extras: Extras) -> Result<Launched> {
         .spawn_borrowed(&pts)
         .map_err(|e| Error::sandbox(format!("spawn {}: {e}", program.path.display())))?;
     drop((req_r, resp_w));
-    let pgid = child.id().map(|p| p as i32).ok_or_else(|| Error::sandbox("the sandbox exited at once"))?;
+    let pgid = child
+        .id()
+        .map(|p| p as i32)
+        .ok_or_else(|| Error::sandbox("the sandbox exited at once"))?;
 
     let pipe_err = |e: std::io::Error| Error::io("register a session pipe", e);
     let stderr = tokio::net::unix::pipe::Receiver::from_owned_fd(err_r).map_err(pipe_err)?;
@@ -96,7 +101,12 @@ pub fn spawn(program: Program, extras: Extras) -> Result<Launched> {
         stderr: Box::new(stderr),
         requests: Box::new(requests),
         responses: Box::new(responses),
-        control: Box::new(PtyControl { child: tokio::sync::Mutex::new(child), pgid, pts, extras }),
+        control: Box::new(PtyControl {
+            child: tokio::sync::Mutex::new(child),
+            pgid,
+            pts,
+            extras,
+        }),
     })
 }
 
@@ -109,12 +119,18 @@ struct PtyControl {
 
 impl SandboxControl for PtyControl {
     fn interrupt(&self) -> Result<()> {
-        nix::sys::signal::killpg(nix::unistd::Pid::from_raw(self.pgid), nix::sys::signal::Signal::SIGINT)
-            .map_err(|e| Error::sandbox(format!("interrupt the session: {e}")))
+        nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(self.pgid),
+            nix::sys::signal::Signal::SIGINT,
+        )
+        .map_err(|e| Error::sandbox(format!("interrupt the session: {e}")))
     }
 
     fn kill(&self) {
-        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(self.pgid), nix::sys::signal::Signal::SIGKILL);
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(self.pgid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
         if let Some(k) = &self.extras.kill_all {
             k();
         }
@@ -130,7 +146,11 @@ impl SandboxControl for PtyControl {
             let mut child = self.child.lock().await;
             use std::os::unix::process::ExitStatusExt;
             let mut info = match child.wait().await {
-                Ok(s) => ExitInfo { code: s.code(), signal: s.signal(), oom_killed: false },
+                Ok(s) => ExitInfo {
+                    code: s.code(),
+                    signal: s.signal(),
+                    oom_killed: false,
+                },
                 Err(_) => ExitInfo::default(),
             };
             // Through a PID-namespace waiter a signal arrives as 128 + signal.

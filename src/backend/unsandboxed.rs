@@ -36,18 +36,28 @@ impl super::Backend for UnsandboxedBackend {
         Box::pin(async move {
             let name = crate::pipeline::wrapper::new_nonce()?;
             let base = spec.state_dir.join("unsandboxed").join(&name[..16]);
-            let workspace = spec.workspace.clone().unwrap_or_else(|| base.join("workspace"));
+            let workspace = spec
+                .workspace
+                .clone()
+                .unwrap_or_else(|| base.join("workspace"));
             let (home, tmp) = (base.join("home"), base.join("tmp"));
             for d in [&workspace, &home, &tmp] {
-                std::fs::create_dir_all(d).map_err(|e| Error::io(format!("create {}", d.display()), e))?;
+                std::fs::create_dir_all(d)
+                    .map_err(|e| Error::io(format!("create {}", d.display()), e))?;
             }
             let mut env = vec![
-                ("PATH".to_string(), "/usr/local/bin:/usr/bin:/bin".to_string()),
+                (
+                    "PATH".to_string(),
+                    "/usr/local/bin:/usr/bin:/bin".to_string(),
+                ),
                 ("HOME".to_string(), home.display().to_string()),
                 ("TMPDIR".to_string(), tmp.display().to_string()),
                 ("LANG".to_string(), "C.UTF-8".to_string()),
                 ("TERM".to_string(), "xterm-256color".to_string()),
-                ("SANDPIT_WORKSPACE".to_string(), workspace.display().to_string()),
+                (
+                    "SANDPIT_WORKSPACE".to_string(),
+                    workspace.display().to_string(),
+                ),
             ];
             env.extend(spec.env.iter().cloned());
             super::pty_spawn::spawn(

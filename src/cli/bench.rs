@@ -43,7 +43,12 @@ fn stats(mut v: Vec<Duration>) -> Stats {
     v.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     let at = |q: f64| ms(v[((v.len() as f64 - 1.0) * q).round() as usize]);
-    Stats { n: v.len(), p50_ms: at(0.5), p99_ms: at(0.99), mean_ms: v.iter().map(|d| ms(*d)).sum::<f64>() / v.len() as f64 }
+    Stats {
+        n: v.len(),
+        p50_ms: at(0.5),
+        p99_ms: at(0.99),
+        mean_ms: v.iter().map(|d| ms(*d)).sum::<f64>() / v.len() as f64,
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -106,10 +111,17 @@ fn bare_loop_args(lang: Language) -> Vec<&'static str> {
 fn group_pss_kb(pgid: i32) -> Option<u64> {
     let mut total = 0;
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
         let after = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
-        let pgrp = after.split_whitespace().nth(2).and_then(|s| s.parse::<i32>().ok());
+        let pgrp = after
+            .split_whitespace()
+            .nth(2)
+            .and_then(|s| s.parse::<i32>().ok());
         if pgrp == Some(pgid) {
             total += pss_kb(pid).unwrap_or(0);
         }
@@ -119,15 +131,26 @@ fn group_pss_kb(pgid: i32) -> Option<u64> {
 
 fn pss_kb(pid: i32) -> Option<u64> {
     let t = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
-    t.lines().find(|l| l.starts_with("Pss:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|n| n.parse().ok())
+    t.lines()
+        .find(|l| l.starts_with("Pss:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|n| n.parse().ok())
 }
 
-fn baseline(policy: &Policy, lang: Language, cold: usize, warm: usize) -> std::io::Result<Baseline> {
+fn baseline(
+    policy: &Policy,
+    lang: Language,
+    cold: usize,
+    warm: usize,
+) -> std::io::Result<Baseline> {
     let interp = policy.interpreters.path(lang);
     let mut starts = Vec::new();
     for _ in 0..cold {
         let t = Instant::now();
-        std::process::Command::new(interp).args(trivial_args(lang)).env_clear().status()?;
+        std::process::Command::new(interp)
+            .args(trivial_args(lang))
+            .env_clear()
+            .status()?;
         starts.push(t.elapsed());
     }
     let mut child = std::process::Command::new(interp)
@@ -136,8 +159,16 @@ fn baseline(policy: &Policy, lang: Language, cold: usize, warm: usize) -> std::i
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()?;
-    let mut input = child.stdin.take().ok_or_else(|| std::io::Error::other("no stdin"))?;
-    let mut output = std::io::BufReader::new(child.stdout.take().ok_or_else(|| std::io::Error::other("no stdout"))?);
+    let mut input = child
+        .stdin
+        .take()
+        .ok_or_else(|| std::io::Error::other("no stdin"))?;
+    let mut output = std::io::BufReader::new(
+        child
+            .stdout
+            .take()
+            .ok_or_else(|| std::io::Error::other("no stdout"))?,
+    );
     let (setup, step) = warm_code(lang);
     let mut line = String::new();
     writeln!(input, "{setup}")?;
@@ -155,15 +186,31 @@ fn baseline(policy: &Policy, lang: Language, cold: usize, warm: usize) -> std::i
     let pss = pss_kb(child.id() as i32);
     drop(input);
     let _ = child.wait();
-    Ok(Baseline { language: lang, bare_start: stats(starts), bare_warm: stats(times), bare_pss_kb: pss })
+    Ok(Baseline {
+        language: lang,
+        bare_start: stats(starts),
+        bare_warm: stats(times),
+        bare_pss_kb: pss,
+    })
 }
 
-async fn measure_backend(policy: &Policy, kind: BackendKind, cold: usize, warm: usize) -> crate::Result<BackendFigures> {
+async fn measure_backend(
+    policy: &Policy,
+    kind: BackendKind,
+    cold: usize,
+    warm: usize,
+) -> crate::Result<BackendFigures> {
     let helper = backend::helper_path()?;
     let be = backend::select(BackendChoice::Only(kind), policy, &helper)?;
     let mut languages = Vec::new();
     for lang in Language::ALL {
-        let config = SessionConfig { language: lang, session_id: None, workspace: None, network: false, limits: policy.limits.clone() };
+        let config = SessionConfig {
+            language: lang,
+            session_id: None,
+            workspace: None,
+            network: false,
+            limits: policy.limits.clone(),
+        };
         let mut starts = Vec::new();
         for _ in 0..cold {
             let t = Instant::now();
@@ -184,15 +231,24 @@ async fn measure_backend(policy: &Policy, kind: BackendKind, cold: usize, warm: 
             let r = s.execute(step, opts.clone()).await?;
             times.push(t.elapsed());
             if r.status != crate::types::Status::Ok {
-                return Err(crate::Error::sandbox(format!("bench cell failed: {:?} {}", r.status, r.stderr)));
+                return Err(crate::Error::sandbox(format!(
+                    "bench cell failed: {:?} {}",
+                    r.status, r.stderr
+                )));
             }
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
         let idle = s.process_group().and_then(group_pss_kb);
         s.kill().await;
-        languages.push(LanguageFigures { language: lang, cold_start: stats(starts), warm: stats(times), idle_pss_kb: idle });
+        languages.push(LanguageFigures {
+            language: lang,
+            cold_start: stats(starts),
+            warm: stats(times),
+            idle_pss_kb: idle,
+        });
     }
-    let exe = std::env::current_exe().map_err(|e| crate::Error::io("find the sandpit executable", e))?;
+    let exe =
+        std::env::current_exe().map_err(|e| crate::Error::io("find the sandpit executable", e))?;
     let mut runs = Vec::new();
     for _ in 0..cold {
         let t = Instant::now();
@@ -202,11 +258,18 @@ async fn measure_backend(policy: &Policy, kind: BackendKind, cold: usize, warm: 
             .status()
             .map_err(|e| crate::Error::io("run sandpit", e))?;
         if !st.success() {
-            return Err(crate::Error::sandbox(format!("`sandpit run -b {}` failed: {st}", kind.as_str())));
+            return Err(crate::Error::sandbox(format!(
+                "`sandpit run -b {}` failed: {st}",
+                kind.as_str()
+            )));
         }
         runs.push(t.elapsed());
     }
-    Ok(BackendFigures { backend: kind.as_str().into(), languages, one_shot_python_pass: stats(runs) })
+    Ok(BackendFigures {
+        backend: kind.as_str().into(),
+        languages,
+        one_shot_python_pass: stats(runs),
+    })
 }
 
 pub async fn bench(args: BenchArgs, policy: Policy) -> ExitCode {
@@ -237,33 +300,59 @@ pub async fn bench(args: BenchArgs, policy: Policy) -> ExitCode {
             Err(e) => eprintln!("sandpit bench: {}: {}", k.as_str(), e.message_with_hint()),
         }
     }
-    let report = Report { baselines, backends };
+    let report = Report {
+        baselines,
+        backends,
+    };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).unwrap_or_default()
+        );
         return ExitCode::SUCCESS;
     }
     println!("Bare interpreters (baseline, same run):");
-    println!("  {:<11} {:>14} {:>16} {:>16} {:>10}", "language", "start p50 ms", "warm p50 ms", "warm p99 ms", "PSS kB");
+    println!(
+        "  {:<11} {:>14} {:>16} {:>16} {:>10}",
+        "language", "start p50 ms", "warm p50 ms", "warm p99 ms", "PSS kB"
+    );
     for b in &report.baselines {
         println!(
             "  {:<11} {:>14.2} {:>16.3} {:>16.3} {:>10}",
-            b.language.as_str(), b.bare_start.p50_ms, b.bare_warm.p50_ms, b.bare_warm.p99_ms,
+            b.language.as_str(),
+            b.bare_start.p50_ms,
+            b.bare_warm.p50_ms,
+            b.bare_warm.p99_ms,
             b.bare_pss_kb.map(|v| v.to_string()).unwrap_or_default()
         );
     }
     for f in &report.backends {
         println!("\nBackend {}:", f.backend);
-        println!("  {:<11} {:>14} {:>9} {:>16} {:>16} {:>14}", "language", "cold p50 ms", "x bare", "warm p50 ms", "warm p99 ms", "idle PSS kB");
+        println!(
+            "  {:<11} {:>14} {:>9} {:>16} {:>16} {:>14}",
+            "language", "cold p50 ms", "x bare", "warm p50 ms", "warm p99 ms", "idle PSS kB"
+        );
         for l in &f.languages {
             let bare = report.baselines.iter().find(|b| b.language == l.language);
-            let ratio = bare.map(|b| l.cold_start.p50_ms / b.bare_start.p50_ms.max(1e-9)).unwrap_or(0.0);
+            let ratio = bare
+                .map(|b| l.cold_start.p50_ms / b.bare_start.p50_ms.max(1e-9))
+                .unwrap_or(0.0);
             println!(
                 "  {:<11} {:>14.2} {:>9.2} {:>16.3} {:>16.3} {:>14}",
-                l.language.as_str(), l.cold_start.p50_ms, ratio, l.warm.p50_ms, l.warm.p99_ms,
+                l.language.as_str(),
+                l.cold_start.p50_ms,
+                ratio,
+                l.warm.p50_ms,
+                l.warm.p99_ms,
                 l.idle_pss_kb.map(|v| v.to_string()).unwrap_or_default()
             );
         }
-        let bare_py = report.baselines.iter().find(|b| b.language == Language::Python).map(|b| b.bare_start.p50_ms).unwrap_or(0.0);
+        let bare_py = report
+            .baselines
+            .iter()
+            .find(|b| b.language == Language::Python)
+            .map(|b| b.bare_start.p50_ms)
+            .unwrap_or(0.0);
         println!(
             "  one-shot `sandpit run -l python pass`: p50 {:.2} ms (bare python3 -c pass {:.2} ms, +{:.2} ms)",
             f.one_shot_python_pass.p50_ms, bare_py, f.one_shot_python_pass.p50_ms - bare_py

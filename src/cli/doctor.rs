@@ -41,7 +41,11 @@ pub fn doctor(json: bool, policy: &Policy, source: &ConfigSource) -> ExitCode {
     println!("\n`-b auto` picks: {auto_text}\n");
     println!(
         "Configuration: {}",
-        source.file.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "built-in defaults (no sandpit.toml found)".into())
+        source
+            .file
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "built-in defaults (no sandpit.toml found)".into())
     );
     for o in &source.env_overrides {
         println!("  from the environment: {o}");

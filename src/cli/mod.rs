@@ -19,7 +19,11 @@ pub const EXIT_SANDPIT_FAILURE: u8 = 125;
 pub const EXIT_USAGE: u8 = 2;
 
 #[derive(Parser, Debug)]
-#[command(name = "sandpit", version, about = "Run untrusted Python, JavaScript and bash in the strongest sandbox this host offers")]
+#[command(
+    name = "sandpit",
+    version,
+    about = "Run untrusted Python, JavaScript and bash in the strongest sandbox this host offers"
+)]
 pub struct Cli {
     /// Configuration file (default: ./sandpit.toml, then ~/.config/sandpit/sandpit.toml)
     #[arg(long, global = true, value_name = "FILE")]
@@ -84,12 +88,20 @@ pub enum ImageAction {
 
 /// Resolves `-b` (else the configured default) into a choice.
 pub fn backend_choice(arg: &BackendArg, policy: &Policy) -> crate::Result<BackendChoice> {
-    arg.backend.as_deref().unwrap_or(&policy.defaults.backend).parse()
+    arg.backend
+        .as_deref()
+        .unwrap_or(&policy.defaults.backend)
+        .parse()
 }
 
 fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("RUST_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("RUST_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
 }
 
 /// Prints an error once, with its hint, the way every subcommand reports failure.
@@ -120,7 +132,11 @@ pub fn main() -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("sandpit: cannot start the async runtime: {e}");
@@ -129,11 +145,15 @@ pub fn main() -> ExitCode {
     };
     match cli.command {
         Command::Run(args) => runtime.block_on(run::run(args, policy)),
-        Command::Repl { language, backend } => runtime.block_on(repl::repl(language, backend, policy)),
+        Command::Repl { language, backend } => {
+            runtime.block_on(repl::repl(language, backend, policy))
+        }
         Command::Doctor { json } => doctor::doctor(json, &policy, &source),
         Command::Bench(args) => runtime.block_on(bench::bench(args, policy)),
         Command::Mcp { .. } => not_yet("the MCP server (`sandpit mcp`)"),
         Command::Serve { .. } => not_yet("the HTTP API (`sandpit serve`)"),
-        Command::Image { .. } => not_yet("the Docker backend and its image (`sandpit image build`)"),
+        Command::Image { .. } => {
+            not_yet("the Docker backend and its image (`sandpit image build`)")
+        }
     }
 }

@@ -14,7 +14,11 @@ use std::time::Duration;
 
 fn continues(line: &str) -> bool {
     let t = line.trim_end();
-    t.ends_with(':') || t.ends_with('{') || t.ends_with('(') || t.ends_with('[') || t.ends_with('\\')
+    t.ends_with(':')
+        || t.ends_with('{')
+        || t.ends_with('(')
+        || t.ends_with('[')
+        || t.ends_with('\\')
 }
 
 pub async fn repl(language: Option<Language>, backend_arg: BackendArg, policy: Policy) -> ExitCode {
@@ -22,7 +26,13 @@ pub async fn repl(language: Option<Language>, backend_arg: BackendArg, policy: P
     let started = async {
         let choice = backend_choice(&backend_arg, &policy)?;
         let backend = backend::select(choice, &policy, &backend::helper_path()?)?;
-        let config = SessionConfig { language, session_id: None, workspace: None, network: false, limits: policy.limits.clone() };
+        let config = SessionConfig {
+            language,
+            session_id: None,
+            workspace: None,
+            network: false,
+            limits: policy.limits.clone(),
+        };
         Session::start(&policy, backend, config).await
     };
     let mut session = match started.await {
@@ -93,8 +103,12 @@ pub async fn repl(language: Option<Language>, backend_arg: BackendArg, policy: P
             while let Some(ev) = rx.recv().await {
                 let data = super::run::sanitize_for_terminal(&ev.data);
                 let _ = match ev.stream {
-                    StreamKind::Stdout => std::io::stdout().write_all(&data).and_then(|_| std::io::stdout().flush()),
-                    StreamKind::Stderr => std::io::stderr().write_all(&data).and_then(|_| std::io::stderr().flush()),
+                    StreamKind::Stdout => std::io::stdout()
+                        .write_all(&data)
+                        .and_then(|_| std::io::stdout().flush()),
+                    StreamKind::Stderr => std::io::stderr()
+                        .write_all(&data)
+                        .and_then(|_| std::io::stderr().flush()),
                 };
             }
         });
@@ -119,7 +133,14 @@ pub async fn repl(language: Option<Language>, backend_arg: BackendArg, policy: P
         match result {
             Ok(r) => {
                 if let Some(ex) = &r.exception {
-                    eprintln!("{}", if ex.traceback.is_empty() { format!("{}: {}", ex.kind, ex.message) } else { ex.traceback.trim_end().to_string() });
+                    eprintln!(
+                        "{}",
+                        if ex.traceback.is_empty() {
+                            format!("{}: {}", ex.kind, ex.message)
+                        } else {
+                            ex.traceback.trim_end().to_string()
+                        }
+                    );
                 }
                 if let Some(v) = &r.result {
                     println!("result = {v}");

@@ -37,7 +37,12 @@ pub struct RunArgs {
     #[arg(long)]
     json: bool,
     /// Read the code from FILE
-    #[arg(short = 'f', long = "file", value_name = "FILE", conflicts_with = "code")]
+    #[arg(
+        short = 'f',
+        long = "file",
+        value_name = "FILE",
+        conflicts_with = "code"
+    )]
     file: Option<PathBuf>,
     /// The code, or - to read it from stdin
     code: Option<String>,
@@ -64,7 +69,8 @@ pub fn sanitize_for_terminal(data: &[u8]) -> Vec<u8> {
     let mut i = 0;
     while i < data.len() {
         let b = data[i];
-        let starts_string = b == 0x1b && matches!(data.get(i + 1), Some(b']' | b'P' | b'_' | b'^' | b'X'));
+        let starts_string =
+            b == 0x1b && matches!(data.get(i + 1), Some(b']' | b'P' | b'_' | b'^' | b'X'));
         if starts_string || matches!(b, 0x90 | 0x9d | 0x9e | 0x9f | 0x98) {
             // Skip to the string terminator: BEL, ESC \ or ST (0x9c).
             i += if b == 0x1b { 2 } else { 1 };
@@ -102,7 +108,9 @@ pub async fn run(args: RunArgs, policy: Policy) -> ExitCode {
         (None, Some("-")) | (None, None) => {
             let mut s = String::new();
             if std::io::stdin().is_terminal() && args.code.is_none() {
-                eprintln!("sandpit: no code given (pass CODE, -f FILE, or pipe it on stdin with -)");
+                eprintln!(
+                    "sandpit: no code given (pass CODE, -f FILE, or pipe it on stdin with -)"
+                );
                 return ExitCode::from(EXIT_USAGE);
             }
             if let Err(e) = std::io::stdin().read_to_string(&mut s) {
@@ -120,7 +128,14 @@ pub async fn run(args: RunArgs, policy: Policy) -> ExitCode {
     if let Some(input) = &args.input {
         match serde_json::from_str(input) {
             Ok(v) => req.input_data = v,
-            Err(e) => return fail(args.json, language, "none", &crate::Error::InvalidRequest(format!("--input is not a JSON object: {e}"))),
+            Err(e) => {
+                return fail(
+                    args.json,
+                    language,
+                    "none",
+                    &crate::Error::InvalidRequest(format!("--input is not a JSON object: {e}")),
+                )
+            }
         }
     }
     let choice = match backend_choice(&args.backend, &policy) {
@@ -145,7 +160,12 @@ pub async fn run(args: RunArgs, policy: Policy) -> ExitCode {
     config.workspace = args.workspace.clone();
     if let Some(w) = &config.workspace {
         if let Err(e) = std::fs::create_dir_all(w) {
-            return fail(args.json, language, backend.kind().as_str(), &crate::Error::io(format!("create workspace {}", w.display()), e));
+            return fail(
+                args.json,
+                language,
+                backend.kind().as_str(),
+                &crate::Error::io(format!("create workspace {}", w.display()), e),
+            );
         }
     }
     let mut session = match Session::start(&policy, backend.clone(), config).await {
@@ -161,12 +181,20 @@ pub async fn run(args: RunArgs, policy: Policy) -> ExitCode {
             while let Some(ev) = rx.recv().await {
                 let _ = match ev.stream {
                     StreamKind::Stdout => {
-                        let data = if sanitize_out { sanitize_for_terminal(&ev.data) } else { ev.data };
+                        let data = if sanitize_out {
+                            sanitize_for_terminal(&ev.data)
+                        } else {
+                            ev.data
+                        };
                         let mut o = std::io::stdout().lock();
                         o.write_all(&data).and_then(|_| o.flush())
                     }
                     StreamKind::Stderr => {
-                        let data = if sanitize_err { sanitize_for_terminal(&ev.data) } else { ev.data };
+                        let data = if sanitize_err {
+                            sanitize_for_terminal(&ev.data)
+                        } else {
+                            ev.data
+                        };
                         let mut o = std::io::stderr().lock();
                         o.write_all(&data).and_then(|_| o.flush())
                     }
@@ -174,7 +202,9 @@ pub async fn run(args: RunArgs, policy: Policy) -> ExitCode {
             }
         })
     });
-    let outcome = session.run_request(&req, printer.as_ref().map(|_| tx.clone())).await;
+    let outcome = session
+        .run_request(&req, printer.as_ref().map(|_| tx.clone()))
+        .await;
     drop(tx);
     if let Some(p) = printer {
         let _ = p.await;
@@ -188,7 +218,11 @@ pub async fn run(args: RunArgs, policy: Policy) -> ExitCode {
         println!("{}", serde_json::to_string(&result).unwrap_or_default());
     } else {
         if let Some(ex) = &result.exception {
-            let tb = if ex.traceback.is_empty() { format!("{}: {}", ex.kind, ex.message) } else { ex.traceback.clone() };
+            let tb = if ex.traceback.is_empty() {
+                format!("{}: {}", ex.kind, ex.message)
+            } else {
+                ex.traceback.clone()
+            };
             eprintln!("{}", tb.trim_end());
         }
         if result.truncated {

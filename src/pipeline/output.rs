@@ -60,7 +60,10 @@ impl BoundedCapture {
     pub fn finish(self) -> String {
         let mut out = String::from_utf8_lossy(&self.head).into_owned();
         if self.dropped > 0 {
-            out.push_str(&format!("\n[... sandpit: {} bytes of output truncated ...]\n", self.dropped));
+            out.push_str(&format!(
+                "\n[... sandpit: {} bytes of output truncated ...]\n",
+                self.dropped
+            ));
         }
         let (a, b) = self.tail.as_slices();
         let mut tail = Vec::with_capacity(a.len() + b.len());
@@ -82,7 +85,11 @@ pub struct MarkerScanner {
 
 impl MarkerScanner {
     pub fn new(marker: Vec<u8>) -> Self {
-        MarkerScanner { marker, held: Vec::new(), found: false }
+        MarkerScanner {
+            marker,
+            held: Vec::new(),
+            found: false,
+        }
     }
 
     pub fn found(&self) -> bool {
@@ -173,7 +180,9 @@ mod tests {
     fn wrong_nonce_is_just_output() {
         let mut s = MarkerScanner::new(b"\x1esandpit-end:abc\x1e".to_vec());
         let mut got = Vec::new();
-        s.feed(b"\x1esandpit-end:abd\x1e and \x1esandpit-end:ab", |b| got.extend_from_slice(b));
+        s.feed(b"\x1esandpit-end:abd\x1e and \x1esandpit-end:ab", |b| {
+            got.extend_from_slice(b)
+        });
         assert!(!s.found());
         s.flush(|b| got.extend_from_slice(b));
         assert_eq!(got, b"\x1esandpit-end:abd\x1e and \x1esandpit-end:ab");

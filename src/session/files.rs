@@ -16,7 +16,11 @@ pub const MAX_OUTPUT_FILE_BYTES: u64 = 10 * 1024 * 1024;
 
 fn check_relative(path: &str) -> Result<&Path> {
     let p = Path::new(path);
-    if path.is_empty() || path.contains('\0') || p.components().any(|c| !matches!(c, Component::Normal(_) | Component::CurDir)) {
+    if path.is_empty()
+        || path.contains('\0')
+        || p.components()
+            .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
+    {
         return Err(Error::InvalidRequest(format!(
             "file path {path:?} must be relative to the workspace, without '..' or a leading '/'"
         )));
@@ -25,15 +29,26 @@ fn check_relative(path: &str) -> Result<&Path> {
 }
 
 fn open_beneath(dir: &OwnedFd, path: &Path, flags: i32, mode: u32) -> std::io::Result<OwnedFd> {
-    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
     // SAFETY: open_how is a plain C struct; zeroed is a valid value we then fill in.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
     how.flags = (flags | libc::O_CLOEXEC | libc::O_NOFOLLOW) as u64;
-    how.mode = if flags & libc::O_CREAT != 0 { mode as u64 } else { 0 };
+    how.mode = if flags & libc::O_CREAT != 0 {
+        mode as u64
+    } else {
+        0
+    };
     how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
     // SAFETY: valid dirfd, NUL-terminated path and an open_how of the size we pass.
     let fd = unsafe {
-        libc::syscall(libc::SYS_openat2, dir.as_raw_fd(), c.as_ptr(), &how as *const libc::open_how, std::mem::size_of::<libc::open_how>())
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
     };
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
@@ -48,31 +63,55 @@ fn open_dir(p: &Path) -> std::io::Result<OwnedFd> {
 
 /// Writes the request's files into the workspace, creating parent directories.
 pub fn write_inputs(workspace: &Path, files: &[FileSpec]) -> Result<()> {
-    let root = open_dir(workspace).map_err(|e| Error::io(format!("open workspace {}", workspace.display()), e))?;
+    let root = open_dir(workspace)
+        .map_err(|e| Error::io(format!("open workspace {}", workspace.display()), e))?;
     for f in files {
         let rel = check_relative(&f.path)?;
         let bytes = match f.encoding {
             Encoding::Utf8 => f.content.clone().into_bytes(),
             Encoding::Base64 => base64::engine::general_purpose::STANDARD
                 .decode(f.content.trim())
-                .map_err(|e| Error::InvalidRequest(format!("file {:?}: invalid base64: {e}", f.path)))?,
+                .map_err(|e| {
+                    Error::InvalidRequest(format!("file {:?}: invalid base64: {e}", f.path))
+                })?,
         };
         // Create each parent directory beneath the workspace, then the file.
-        let mut dir = root.try_clone().map_err(|e| Error::io("dup workspace", e))?;
-        let comps: Vec<_> = rel.components().filter(|c| matches!(c, Component::Normal(_))).collect();
+        let mut dir = root
+            .try_clone()
+            .map_err(|e| Error::io("dup workspace", e))?;
+        let comps: Vec<_> = rel
+            .components()
+            .filter(|c| matches!(c, Component::Normal(_)))
+            .collect();
         for c in &comps[..comps.len().saturating_sub(1)] {
             let name = Path::new(c.as_os_str());
-            let cname = std::ffi::CString::new(name.as_os_str().as_encoded_bytes()).map_err(|_| Error::InvalidRequest("NUL in path".into()))?;
+            let cname = std::ffi::CString::new(name.as_os_str().as_encoded_bytes())
+                .map_err(|_| Error::InvalidRequest("NUL in path".into()))?;
             // SAFETY: valid dirfd and NUL-terminated name.
             unsafe { libc::mkdirat(dir.as_raw_fd(), cname.as_ptr(), 0o755) };
-            dir = open_beneath(&dir, name, libc::O_DIRECTORY | libc::O_RDONLY, 0)
-                .map_err(|e| Error::io(format!("open directory for {:?} in the workspace", f.path), e))?;
+            dir = open_beneath(&dir, name, libc::O_DIRECTORY | libc::O_RDONLY, 0).map_err(|e| {
+                Error::io(
+                    format!("open directory for {:?} in the workspace", f.path),
+                    e,
+                )
+            })?;
         }
-        let Some(last) = comps.last() else { return Err(Error::InvalidRequest(format!("file path {:?} names no file", f.path))) };
-        let fd = open_beneath(&dir, Path::new(last.as_os_str()), libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, 0o644)
-            .map_err(|e| Error::io(format!("write {:?} into the workspace", f.path), e))?;
+        let Some(last) = comps.last() else {
+            return Err(Error::InvalidRequest(format!(
+                "file path {:?} names no file",
+                f.path
+            )));
+        };
+        let fd = open_beneath(
+            &dir,
+            Path::new(last.as_os_str()),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+            0o644,
+        )
+        .map_err(|e| Error::io(format!("write {:?} into the workspace", f.path), e))?;
         let mut file = std::fs::File::from(fd);
-        file.write_all(&bytes).map_err(|e| Error::io(format!("write {:?}", f.path), e))?;
+        file.write_all(&bytes)
+            .map_err(|e| Error::io(format!("write {:?}", f.path), e))?;
     }
     Ok(())
 }
@@ -83,7 +122,12 @@ pub fn read_outputs(workspace: &Path, paths: &[String]) -> (Vec<OutputFile>, Vec
     let mut warnings = Vec::new();
     let root = match open_dir(workspace) {
         Ok(r) => r,
-        Err(e) => return (files, vec![format!("output_files: cannot open the workspace: {e}")]),
+        Err(e) => {
+            return (
+                files,
+                vec![format!("output_files: cannot open the workspace: {e}")],
+            )
+        }
     };
     for p in paths {
         let rel = match check_relative(p) {
@@ -113,19 +157,33 @@ pub fn read_outputs(workspace: &Path, paths: &[String]) -> (Vec<OutputFile>, Vec
             }
         };
         if meta.len() > MAX_OUTPUT_FILE_BYTES {
-            warnings.push(format!("output_files: {p:?} is {} bytes, over the {MAX_OUTPUT_FILE_BYTES}-byte cap", meta.len()));
+            warnings.push(format!(
+                "output_files: {p:?} is {} bytes, over the {MAX_OUTPUT_FILE_BYTES}-byte cap",
+                meta.len()
+            ));
             continue;
         }
         let mut bytes = Vec::new();
-        if let Err(e) = Read::by_ref(&mut file).take(MAX_OUTPUT_FILE_BYTES).read_to_end(&mut bytes) {
+        if let Err(e) = Read::by_ref(&mut file)
+            .take(MAX_OUTPUT_FILE_BYTES)
+            .read_to_end(&mut bytes)
+        {
             warnings.push(format!("output_files: {p:?}: {e}"));
             continue;
         }
         let (content, encoding) = match String::from_utf8(bytes) {
             Ok(s) => (s, Encoding::Utf8),
-            Err(e) => (base64::engine::general_purpose::STANDARD.encode(e.as_bytes()), Encoding::Base64),
+            Err(e) => (
+                base64::engine::general_purpose::STANDARD.encode(e.as_bytes()),
+                Encoding::Base64,
+            ),
         };
-        files.push(OutputFile { path: p.clone(), size: meta.len(), content, encoding });
+        files.push(OutputFile {
+            path: p.clone(),
+            size: meta.len(),
+            content,
+            encoding,
+        });
     }
     (files, warnings)
 }
@@ -135,13 +193,28 @@ mod tests {
     use super::*;
 
     fn spec(path: &str, content: &str) -> FileSpec {
-        FileSpec { path: path.into(), content: content.into(), encoding: Encoding::Utf8 }
+        FileSpec {
+            path: path.into(),
+            content: content.into(),
+            encoding: Encoding::Utf8,
+        }
     }
 
     #[test]
     fn round_trip_and_nested_dirs() {
         let d = tempfile::tempdir().unwrap();
-        write_inputs(d.path(), &[spec("a/b/c.txt", "hi"), FileSpec { path: "bin".into(), content: "/wAB".into(), encoding: Encoding::Base64 }]).unwrap();
+        write_inputs(
+            d.path(),
+            &[
+                spec("a/b/c.txt", "hi"),
+                FileSpec {
+                    path: "bin".into(),
+                    content: "/wAB".into(),
+                    encoding: Encoding::Base64,
+                },
+            ],
+        )
+        .unwrap();
         let (files, warnings) = read_outputs(d.path(), &["a/b/c.txt".into(), "bin".into()]);
         assert!(warnings.is_empty(), "{warnings:?}");
         assert_eq!(files[0].content, "hi");
@@ -159,13 +232,19 @@ mod tests {
         std::fs::write(outside.path().join("secret"), "s3cret").unwrap();
         std::os::unix::fs::symlink(outside.path().join("secret"), d.path().join("link")).unwrap();
         std::os::unix::fs::symlink(outside.path(), d.path().join("dirlink")).unwrap();
-        let (files, warnings) = read_outputs(d.path(), &["link".into(), "dirlink/secret".into(), "../secret".into()]);
+        let (files, warnings) = read_outputs(
+            d.path(),
+            &["link".into(), "dirlink/secret".into(), "../secret".into()],
+        );
         assert!(files.is_empty());
         assert_eq!(warnings.len(), 3);
         assert!(write_inputs(d.path(), &[spec("dirlink/new", "x")]).is_err());
         assert!(!outside.path().join("new").exists());
         assert!(write_inputs(d.path(), &[spec("link", "x")]).is_err());
-        assert_eq!(std::fs::read_to_string(outside.path().join("secret")).unwrap(), "s3cret");
+        assert_eq!(
+            std::fs::read_to_string(outside.path().join("secret")).unwrap(),
+            "s3cret"
+        );
     }
 
     #[test]

@@ -63,7 +63,13 @@ pub struct ExecOptions {
 
 impl ExecOptions {
     pub fn with_timeout(timeout: Duration) -> Self {
-        ExecOptions { timeout, input: BTreeMap::new(), interactive: false, output: None, cancel: None }
+        ExecOptions {
+            timeout,
+            input: BTreeMap::new(),
+            interactive: false,
+            output: None,
+            cancel: None,
+        }
     }
 }
 
@@ -136,7 +142,10 @@ fn pump(mut r: Reader) -> mpsc::Receiver<Vec<u8>> {
 
 /// Reads one `\n`-terminated line of at most `max` bytes (the rest of a longer line is
 /// discarded and reported as `Err(len)`). `Ok(None)` is EOF.
-async fn read_line_bounded(r: &mut BufReader<Reader>, max: usize) -> std::io::Result<Option<std::result::Result<Vec<u8>, usize>>> {
+async fn read_line_bounded(
+    r: &mut BufReader<Reader>,
+    max: usize,
+) -> std::io::Result<Option<std::result::Result<Vec<u8>, usize>>> {
     let mut line = Vec::new();
     let mut total = 0usize;
     loop {
@@ -162,7 +171,11 @@ async fn read_line_bounded(r: &mut BufReader<Reader>, max: usize) -> std::io::Re
 
 impl Session {
     /// Creates a session and starts its interpreter.
-    pub async fn start(policy: &Policy, backend: Arc<dyn Backend>, config: SessionConfig) -> Result<Session> {
+    pub async fn start(
+        policy: &Policy,
+        backend: Arc<dyn Backend>,
+        config: SessionConfig,
+    ) -> Result<Session> {
         let id = match config.session_id.clone() {
             Some(id) => id,
             None => format!("s-{}", &wrapper::new_nonce()?[..12]),
@@ -203,7 +216,15 @@ impl Session {
             workspace: config.workspace,
             state_dir: policy.state_dir(),
         };
-        let mut s = Session { id, spec, backend, running: None, next_cell: 1, executions: 0, lost_state: false };
+        let mut s = Session {
+            id,
+            spec,
+            backend,
+            running: None,
+            next_cell: 1,
+            executions: 0,
+            lost_state: false,
+        };
         s.ensure_running().await?;
         Ok(s)
     }
@@ -240,12 +261,16 @@ impl Session {
 
     /// The sandbox's process group on the host, when it has one.
     pub fn process_group(&self) -> Option<i32> {
-        self.running.as_ref().and_then(|r| r.control.process_group())
+        self.running
+            .as_ref()
+            .and_then(|r| r.control.process_group())
     }
 
     /// The workspace as a host path.
     pub fn host_workspace(&self) -> Option<PathBuf> {
-        self.running.as_ref().and_then(|r| r.control.host_workspace())
+        self.running
+            .as_ref()
+            .and_then(|r| r.control.host_workspace())
     }
 
     async fn ensure_running(&mut self) -> Result<()> {
@@ -265,11 +290,18 @@ impl Session {
         };
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            let line = tokio::time::timeout_at(deadline.into(), read_line_bounded(&mut running.responses, MAX_RESPONSE_BYTES)).await;
+            let line = tokio::time::timeout_at(
+                deadline.into(),
+                read_line_bounded(&mut running.responses, MAX_RESPONSE_BYTES),
+            )
+            .await;
             let line = match line {
                 Err(_) => {
                     running.control.kill();
-                    return Err(Error::sandbox(format!("the {} interpreter did not start within {:?}", self.spec.language, START_TIMEOUT)));
+                    return Err(Error::sandbox(format!(
+                        "the {} interpreter did not start within {:?}",
+                        self.spec.language, START_TIMEOUT
+                    )));
                 }
                 Ok(Err(e)) => return Err(Error::io("read from the sandbox", e)),
                 Ok(Ok(None)) => {
@@ -281,11 +313,19 @@ impl Session {
                         stderr.trim()
                     )));
                 }
-                Ok(Ok(Some(Err(n)))) => return Err(Error::sandbox(format!("oversized start-up line ({n} bytes)"))),
+                Ok(Ok(Some(Err(n)))) => {
+                    return Err(Error::sandbox(format!(
+                        "oversized start-up line ({n} bytes)"
+                    )))
+                }
                 Ok(Ok(Some(Ok(l)))) => l,
             };
-            let v: serde_json::Value = serde_json::from_slice(&line)
-                .map_err(|e| Error::sandbox(format!("unreadable line from the sandbox: {e}: {}", String::from_utf8_lossy(&line))))?;
+            let v: serde_json::Value = serde_json::from_slice(&line).map_err(|e| {
+                Error::sandbox(format!(
+                    "unreadable line from the sandbox: {e}: {}",
+                    String::from_utf8_lossy(&line)
+                ))
+            })?;
             if let Some(err) = v.get("helper_error") {
                 let _ = running.control.wait().await;
                 return Err(Error::sandbox(format!(
@@ -318,15 +358,22 @@ impl Session {
     }
 
     /// Runs a whole request (files in, code, files out) in this session.
-    pub async fn run_request(&mut self, req: &ExecRequest, output: Option<mpsc::UnboundedSender<OutputEvent>>) -> Result<ExecResult> {
+    pub async fn run_request(
+        &mut self,
+        req: &ExecRequest,
+        output: Option<mpsc::UnboundedSender<OutputEvent>>,
+    ) -> Result<ExecResult> {
         if !req.packages.is_empty() {
             return Err(Error::PackageInstall(
-                "installing packages into a session is not supported in this version of sandpit".into(),
+                "installing packages into a session is not supported in this version of sandpit"
+                    .into(),
             ));
         }
         self.ensure_running().await?;
         if !req.files.is_empty() {
-            let ws = self.host_workspace().ok_or_else(|| Error::sandbox("this backend cannot write files into the workspace"))?;
+            let ws = self.host_workspace().ok_or_else(|| {
+                Error::sandbox("this backend cannot write files into the workspace")
+            })?;
             files::write_inputs(&ws, &req.files)?;
         }
         let opts = ExecOptions {
@@ -344,7 +391,9 @@ impl Session {
                     result.files = files;
                     result.warnings.extend(warnings);
                 }
-                None => result.warnings.push("output_files: this backend cannot read the workspace".into()),
+                None => result
+                    .warnings
+                    .push("output_files: this backend cannot read the workspace".into()),
             }
         }
         Ok(result)
@@ -361,9 +410,12 @@ impl Session {
         self.next_cell += 1;
         self.executions += 1;
         let nonce = wrapper::new_nonce()?;
-        let frame = wrapper::encode_request(language, id, &nonce, opts.interactive, &opts.input, code);
+        let frame =
+            wrapper::encode_request(language, id, &nonce, opts.interactive, &opts.input, code);
         let marker = wrapper::end_marker(&nonce);
-        let Some(run) = self.running.as_mut() else { return Err(Error::sandbox("session not running")) };
+        let Some(run) = self.running.as_mut() else {
+            return Err(Error::sandbox("session not running"));
+        };
 
         // Output left over from between cells (a background process) belongs to no cell.
         while run.stdout.try_recv().is_ok() {}
@@ -379,7 +431,12 @@ impl Session {
         }
         .await;
 
-        let mut out = StreamState::new(StreamKind::Stdout, marker.clone(), limit, opts.output.clone());
+        let mut out = StreamState::new(
+            StreamKind::Stdout,
+            marker.clone(),
+            limit,
+            opts.output.clone(),
+        );
         let mut err = StreamState::new(StreamKind::Stderr, marker, limit, opts.output.clone());
         let mut response: Option<CellResponse> = None;
         let mut warnings = Vec::new();
@@ -463,7 +520,9 @@ impl Session {
                 };
                 let _ = tokio::time::timeout(Duration::from_millis(300), collect).await;
                 run.control.kill();
-                exit_info = tokio::time::timeout(Duration::from_secs(2), run.control.wait()).await.ok();
+                exit_info = tokio::time::timeout(Duration::from_secs(2), run.control.wait())
+                    .await
+                    .ok();
             }
             self.lost_state = false;
             tracing::info!(session = %self.id, exit = ?exit_info, "session ended during a cell");
@@ -531,7 +590,10 @@ impl Session {
                 } else if exit.oom_killed || exit.signal == Some(libc::SIGKILL) {
                     result.status = Status::Killed;
                     result.warnings.push(if exit.oom_killed {
-                        format!("killed by the memory limit ({} MB); the session was restarted", self.spec.limits.memory_mb)
+                        format!(
+                            "killed by the memory limit ({} MB); the session was restarted",
+                            self.spec.limits.memory_mb
+                        )
                     } else {
                         "killed (SIGKILL); the session was restarted".to_string()
                     });
@@ -565,8 +627,20 @@ struct StreamState {
 }
 
 impl StreamState {
-    fn new(kind: StreamKind, marker: Vec<u8>, limit: usize, live: Option<mpsc::UnboundedSender<OutputEvent>>) -> Self {
-        StreamState { kind, scanner: MarkerScanner::new(marker), capture: BoundedCapture::new(limit), live, live_budget: limit, closed: false }
+    fn new(
+        kind: StreamKind,
+        marker: Vec<u8>,
+        limit: usize,
+        live: Option<mpsc::UnboundedSender<OutputEvent>>,
+    ) -> Self {
+        StreamState {
+            kind,
+            scanner: MarkerScanner::new(marker),
+            capture: BoundedCapture::new(limit),
+            live,
+            live_budget: limit,
+            closed: false,
+        }
     }
 
     fn done(&self) -> bool {
@@ -576,16 +650,33 @@ impl StreamState {
     fn take(&mut self, chunk: Option<Vec<u8>>) {
         let Some(chunk) = chunk else {
             self.closed = true;
-            let (cap, live, budget, kind) = (&mut self.capture, &self.live, &mut self.live_budget, self.kind);
+            let (cap, live, budget, kind) = (
+                &mut self.capture,
+                &self.live,
+                &mut self.live_budget,
+                self.kind,
+            );
             self.scanner.flush(|b| emit(cap, live, budget, kind, b));
             return;
         };
-        let (cap, live, budget, kind) = (&mut self.capture, &self.live, &mut self.live_budget, self.kind);
-        self.scanner.feed(&chunk, |b| emit(cap, live, budget, kind, b));
+        let (cap, live, budget, kind) = (
+            &mut self.capture,
+            &self.live,
+            &mut self.live_budget,
+            self.kind,
+        );
+        self.scanner
+            .feed(&chunk, |b| emit(cap, live, budget, kind, b));
     }
 }
 
-fn emit(cap: &mut BoundedCapture, live: &Option<mpsc::UnboundedSender<OutputEvent>>, budget: &mut usize, kind: StreamKind, b: &[u8]) {
+fn emit(
+    cap: &mut BoundedCapture,
+    live: &Option<mpsc::UnboundedSender<OutputEvent>>,
+    budget: &mut usize,
+    kind: StreamKind,
+    b: &[u8],
+) {
     if b.is_empty() {
         return;
     }
@@ -594,7 +685,10 @@ fn emit(cap: &mut BoundedCapture, live: &Option<mpsc::UnboundedSender<OutputEven
         let n = b.len().min(*budget);
         if n > 0 {
             *budget -= n;
-            let _ = tx.send(OutputEvent { stream: kind, data: b[..n].to_vec() });
+            let _ = tx.send(OutputEvent {
+                stream: kind,
+                data: b[..n].to_vec(),
+            });
         }
     }
 }

@@ -23,7 +23,8 @@ pub fn detect() -> Option<Version> {
         let c = std::fs::read_to_string(root.join("cgroup.controllers")).unwrap_or_default();
         return (c.contains("memory") && c.contains("pids")).then_some(Version::V2);
     }
-    (root.join("memory/memory.limit_in_bytes").exists() && root.join("pids").is_dir()).then_some(Version::V1)
+    (root.join("memory/memory.limit_in_bytes").exists() && root.join("pids").is_dir())
+        .then_some(Version::V1)
 }
 
 /// A session's cgroup(s); removed on drop.
@@ -40,7 +41,8 @@ pub struct CgroupView {
 }
 
 fn write(p: &Path, v: &str) -> std::io::Result<()> {
-    std::fs::write(p, v).map_err(|e| std::io::Error::new(e.kind(), format!("write {v:?} to {}: {e}", p.display())))
+    std::fs::write(p, v)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("write {v:?} to {}: {e}", p.display())))
 }
 
 impl Cgroup {
@@ -59,7 +61,12 @@ impl Cgroup {
                 let _ = write(&parent.join("cgroup.subtree_control"), "+memory +pids +cpu");
                 let dir = parent.join(name);
                 std::fs::create_dir_all(&dir)?;
-                let cg = Cgroup { view: CgroupView { version, dirs: vec![dir.clone()] } };
+                let cg = Cgroup {
+                    view: CgroupView {
+                        version,
+                        dirs: vec![dir.clone()],
+                    },
+                };
                 write(&dir.join("memory.max"), &mem)?;
                 let _ = write(&dir.join("memory.swap.max"), "0");
                 write(&dir.join("pids.max"), &limits.pids.to_string())?;
@@ -67,7 +74,12 @@ impl Cgroup {
                 Ok(cg)
             }
             Version::V1 => {
-                let mut cg = Cgroup { view: CgroupView { version, dirs: vec![] } };
+                let mut cg = Cgroup {
+                    view: CgroupView {
+                        version,
+                        dirs: vec![],
+                    },
+                };
                 for ctl in ["memory", "pids", "cpu"] {
                     let base = root.join(ctl);
                     if !base.is_dir() {
@@ -98,7 +110,11 @@ impl Cgroup {
 
     /// The `cgroup.procs` files the helper writes itself into.
     pub fn procs_files(&self) -> Vec<PathBuf> {
-        self.view.dirs.iter().map(|d| d.join("cgroup.procs")).collect()
+        self.view
+            .dirs
+            .iter()
+            .map(|d| d.join("cgroup.procs"))
+            .collect()
     }
 
     pub fn view(&self) -> CgroupView {
@@ -122,7 +138,10 @@ impl CgroupView {
             .filter_map(|d| std::fs::read_to_string(d.join(file)).ok())
             .flat_map(|t| {
                 t.lines()
-                    .filter_map(|l| l.strip_prefix("oom_kill ").and_then(|n| n.trim().parse::<u64>().ok()))
+                    .filter_map(|l| {
+                        l.strip_prefix("oom_kill ")
+                            .and_then(|n| n.trim().parse::<u64>().ok())
+                    })
                     .collect::<Vec<_>>()
             })
             .sum()
@@ -150,7 +169,10 @@ impl Drop for Cgroup {
         // Processes take a moment to leave after SIGKILL; remove the directories off-thread.
         std::thread::spawn(move || {
             for _ in 0..100 {
-                let left: Vec<_> = dirs.iter().filter(|d| std::fs::remove_dir(d).is_err() && d.exists()).collect();
+                let left: Vec<_> = dirs
+                    .iter()
+                    .filter(|d| std::fs::remove_dir(d).is_err() && d.exists())
+                    .collect();
                 if left.is_empty() {
                     return;
                 }

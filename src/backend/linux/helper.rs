@@ -44,7 +44,10 @@ fn fail(step: Step, message: impl std::fmt::Display) -> ! {
     let name = format!("{step:?}").to_lowercase();
     let line = serde_json::json!({"helper_error": {"step": name, "message": message.to_string()}});
     write_fd(RESPONSE_FD, format!("{line}\n").as_bytes());
-    write_fd(2, format!("sandpit: sandbox setup failed at {name}: {message}\n").as_bytes());
+    write_fd(
+        2,
+        format!("sandpit: sandbox setup failed at {name}: {message}\n").as_bytes(),
+    );
     std::process::exit(step as i32)
 }
 
@@ -54,7 +57,11 @@ extern "C" fn ignore_signal(_: libc::c_int) {}
 /// interpreter but not end the helper or the PID-namespace init. A handler (not SIG_IGN, which
 /// exec would inherit) does that: handlers reset to the default at exec.
 fn survive_interrupts() -> nix::Result<()> {
-    let act = SigAction::new(SigHandler::Handler(ignore_signal), SaFlags::SA_RESTART, SigSet::empty());
+    let act = SigAction::new(
+        SigHandler::Handler(ignore_signal),
+        SaFlags::SA_RESTART,
+        SigSet::empty(),
+    );
     // SAFETY: the handler does nothing, so it is async-signal-safe.
     unsafe { sigaction(Signal::SIGINT, &act) }.map(|_| ())
 }
@@ -68,7 +75,9 @@ fn exit_like(child: Pid) -> ! {
     loop {
         match waitpid(Pid::from_raw(-1), None) {
             Ok(WaitStatus::Exited(pid, code)) if pid == child => std::process::exit(code),
-            Ok(WaitStatus::Signaled(pid, sig, _)) if pid == child => std::process::exit(128 + sig as i32),
+            Ok(WaitStatus::Signaled(pid, sig, _)) if pid == child => {
+                std::process::exit(128 + sig as i32)
+            }
             Ok(_) => continue,
             Err(nix::errno::Errno::EINTR) => continue,
             Err(_) => std::process::exit(Step::Exec as i32),
@@ -87,13 +96,17 @@ pub fn main(plan_json: &str) -> ! {
     survive_interrupts().unwrap_or_else(|e| fail(Step::Setup, format!("sigaction(SIGINT): {e}")));
     // SAFETY: close_range on descriptors >= 5 touches no memory; Rust holds none of them here.
     if unsafe { libc::syscall(libc::SYS_close_range, 5u32, u32::MAX, 0u32) } != 0 {
-        fail(Step::Setup, format!("close_range: {}", std::io::Error::last_os_error()));
+        fail(
+            Step::Setup,
+            format!("close_range: {}", std::io::Error::last_os_error()),
+        );
     }
 
     // 2. cgroup (root): join the session's memory/pids/cpu cgroups before anything forks, so
     //    every descendant is counted.
     for procs in &plan.cgroup_procs {
-        std::fs::write(procs, "0").unwrap_or_else(|e| fail(Step::Cgroup, format!("join {}: {e}", procs.display())));
+        std::fs::write(procs, "0")
+            .unwrap_or_else(|e| fail(Step::Cgroup, format!("join {}: {e}", procs.display())));
     }
 
     // 3. Namespaces. Unprivileged, the user namespace comes first (unshare handles it first) and
@@ -114,11 +127,13 @@ pub fn main(plan_json: &str) -> ! {
         }
     }
     if !flags.is_empty() {
-        unshare(flags).unwrap_or_else(|e| fail(Step::Namespaces, format!("unshare({flags:?}): {e}")));
+        unshare(flags)
+            .unwrap_or_else(|e| fail(Step::Namespaces, format!("unshare({flags:?}): {e}")));
     }
     if let Some((uid, gid)) = plan.id_map {
         let write = |file: &str, text: String| {
-            std::fs::write(file, text).unwrap_or_else(|e| fail(Step::Namespaces, format!("write {file}: {e}")))
+            std::fs::write(file, text)
+                .unwrap_or_else(|e| fail(Step::Namespaces, format!("write {file}: {e}")))
         };
         write("/proc/self/setgroups", "deny".into());
         write("/proc/self/uid_map", format!("{uid} {uid} 1"));
@@ -139,9 +154,13 @@ pub fn main(plan_json: &str) -> ! {
                 exit_like(child)
             }
             Ok(ForkResult::Child) => {
-                die_with_parent().unwrap_or_else(|e| fail(Step::Setup, format!("PR_SET_PDEATHSIG: {e}")));
+                die_with_parent()
+                    .unwrap_or_else(|e| fail(Step::Setup, format!("PR_SET_PDEATHSIG: {e}")));
             }
-            Err(e) => fail(Step::Namespaces, format!("fork into the PID namespace: {e}")),
+            Err(e) => fail(
+                Step::Namespaces,
+                format!("fork into the PID namespace: {e}"),
+            ),
         }
     }
 
@@ -151,7 +170,8 @@ pub fn main(plan_json: &str) -> ! {
         mounts::enter_root(root).unwrap_or_else(|e| fail(Step::Mounts, e));
     }
     if ns.uts {
-        nix::unistd::sethostname("sandpit").unwrap_or_else(|e| fail(Step::Namespaces, format!("sethostname: {e}")));
+        nix::unistd::sethostname("sandpit")
+            .unwrap_or_else(|e| fail(Step::Namespaces, format!("sethostname: {e}")));
     }
 
     // 6. Privileges. Empty the capability bounding set, then (as root) become the session's own
@@ -161,10 +181,13 @@ pub fn main(plan_json: &str) -> ! {
         unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) };
     }
     if let Some((uid, gid)) = plan.drop_to {
-        nix::unistd::setgroups(&[]).unwrap_or_else(|e| fail(Step::Privileges, format!("setgroups: {e}")));
+        nix::unistd::setgroups(&[])
+            .unwrap_or_else(|e| fail(Step::Privileges, format!("setgroups: {e}")));
         let (g, u) = (Gid::from_raw(gid), Uid::from_raw(uid));
-        nix::unistd::setresgid(g, g, g).unwrap_or_else(|e| fail(Step::Privileges, format!("setresgid({gid}): {e}")));
-        nix::unistd::setresuid(u, u, u).unwrap_or_else(|e| fail(Step::Privileges, format!("setresuid({uid}): {e}")));
+        nix::unistd::setresgid(g, g, g)
+            .unwrap_or_else(|e| fail(Step::Privileges, format!("setresgid({gid}): {e}")));
+        nix::unistd::setresuid(u, u, u)
+            .unwrap_or_else(|e| fail(Step::Privileges, format!("setresuid({uid}): {e}")));
         if nix::unistd::setresuid(Uid::from_raw(0), Uid::from_raw(0), Uid::from_raw(0)).is_ok() {
             fail(Step::Privileges, "could regain root after dropping it");
         }
@@ -176,12 +199,15 @@ pub fn main(plan_json: &str) -> ! {
     }
 
     // 8. Landlock: the paths as the sandbox now sees them. Also sets no_new_privs.
-    let landlock = landlock_rules::apply(&plan.landlock).unwrap_or_else(|e| fail(Step::Landlock, e));
+    let landlock =
+        landlock_rules::apply(&plan.landlock).unwrap_or_else(|e| fail(Step::Landlock, e));
 
     // 9. no_new_privs, then seccomp last: the filters would otherwise refuse the steps above.
-    nix::sys::prctl::set_no_new_privs().unwrap_or_else(|e| fail(Step::Seccomp, format!("PR_SET_NO_NEW_PRIVS: {e}")));
+    nix::sys::prctl::set_no_new_privs()
+        .unwrap_or_else(|e| fail(Step::Seccomp, format!("PR_SET_NO_NEW_PRIVS: {e}")));
     let arch = seccomp::native_arch().unwrap_or_else(|e| fail(Step::Seccomp, e));
-    let filters = seccomp::compile(arch, plan.deny_network).unwrap_or_else(|e| fail(Step::Seccomp, e));
+    let filters =
+        seccomp::compile(arch, plan.deny_network).unwrap_or_else(|e| fail(Step::Seccomp, e));
     seccomp::install(&filters).unwrap_or_else(|e| fail(Step::Seccomp, e));
 
     // 10. Tell the host what is in force, then exec the interpreter with a clean environment.
@@ -191,11 +217,19 @@ pub fn main(plan_json: &str) -> ! {
         "cgroup": !plan.cgroup_procs.is_empty(), "rlimits": plan.rlimits,
     }});
     write_fd(RESPONSE_FD, format!("{report}\n").as_bytes());
-    let cstr = |s: &str| CString::new(s).unwrap_or_else(|_| fail(Step::Exec, "NUL byte in argv or env"));
+    let cstr =
+        |s: &str| CString::new(s).unwrap_or_else(|_| fail(Step::Exec, "NUL byte in argv or env"));
     let argv: Vec<CString> = plan.argv.iter().map(|a| cstr(a)).collect();
-    let env: Vec<CString> = plan.env.iter().map(|(k, v)| cstr(&format!("{k}={v}"))).collect();
-    let Some(program) = argv.first().cloned() else { fail(Step::Exec, "empty argv") };
-    std::env::set_current_dir(&plan.cwd).unwrap_or_else(|e| fail(Step::Exec, format!("chdir {}: {e}", plan.cwd.display())));
+    let env: Vec<CString> = plan
+        .env
+        .iter()
+        .map(|(k, v)| cstr(&format!("{k}={v}")))
+        .collect();
+    let Some(program) = argv.first().cloned() else {
+        fail(Step::Exec, "empty argv")
+    };
+    std::env::set_current_dir(&plan.cwd)
+        .unwrap_or_else(|e| fail(Step::Exec, format!("chdir {}: {e}", plan.cwd.display())));
 
     if ns.pid {
         // PID 1 must stay to reap orphans; the interpreter runs as its child.

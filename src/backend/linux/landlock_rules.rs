@@ -36,17 +36,30 @@ pub fn kernel_abi() -> i32 {
 pub fn apply(plan: &LandlockPlan) -> Result<String, String> {
     let abi = kernel_abi();
     let fail = |e: landlock::RulesetError| format!("landlock: {e}");
-    let mut ruleset = Ruleset::default().set_compatibility(CompatLevel::BestEffort).handle_access(AccessFs::from_all(TARGET_ABI)).map_err(fail)?;
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::BestEffort)
+        .handle_access(AccessFs::from_all(TARGET_ABI))
+        .map_err(fail)?;
     if plan.deny_tcp {
-        ruleset = ruleset.handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp).map_err(fail)?;
+        ruleset = ruleset
+            .handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)
+            .map_err(fail)?;
     }
-    let ruleset = ruleset.scope(Scope::AbstractUnixSocket | Scope::Signal).map_err(fail)?;
+    let ruleset = ruleset
+        .scope(Scope::AbstractUnixSocket | Scope::Signal)
+        .map_err(fail)?;
     let status = ruleset
         .create()
         .map_err(fail)?
-        .add_rules(path_beneath_rules(&plan.read_exec, AccessFs::from_read(TARGET_ABI)))
+        .add_rules(path_beneath_rules(
+            &plan.read_exec,
+            AccessFs::from_read(TARGET_ABI),
+        ))
         .map_err(fail)?
-        .add_rules(path_beneath_rules(&plan.read_write, AccessFs::from_all(TARGET_ABI)))
+        .add_rules(path_beneath_rules(
+            &plan.read_write,
+            AccessFs::from_all(TARGET_ABI),
+        ))
         .map_err(fail)?
         .restrict_self()
         .map_err(fail)?;

@@ -39,17 +39,35 @@ pub fn probe_main() -> ! {
     let root = unsafe { libc::geteuid() } == 0;
     let outcome = (|| -> std::result::Result<String, String> {
         use nix::sched::CloneFlags as F;
-        let mut flags = F::CLONE_NEWNS | F::CLONE_NEWPID | F::CLONE_NEWNET | F::CLONE_NEWIPC | F::CLONE_NEWUTS;
+        let mut flags =
+            F::CLONE_NEWNS | F::CLONE_NEWPID | F::CLONE_NEWNET | F::CLONE_NEWIPC | F::CLONE_NEWUTS;
         if !root {
             flags |= F::CLONE_NEWUSER;
         }
         nix::sched::unshare(flags).map_err(|e| format!("unshare: {e}"))?;
         use nix::mount::{mount, MsFlags};
-        mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
-            .map_err(|e| format!("mount --make-rprivate /: {e}"))?;
-        mount(Some("tmpfs"), "/tmp", Some("tmpfs"), MsFlags::empty(), Some("size=1m"))
-            .map_err(|e| format!("mount tmpfs: {e}"))?;
-        Ok(if root { "mount, pid, net, ipc, uts namespaces (as root)" } else { "user, mount, pid, net, ipc, uts namespaces (unprivileged)" }.into())
+        mount(
+            None::<&str>,
+            "/",
+            None::<&str>,
+            MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+            None::<&str>,
+        )
+        .map_err(|e| format!("mount --make-rprivate /: {e}"))?;
+        mount(
+            Some("tmpfs"),
+            "/tmp",
+            Some("tmpfs"),
+            MsFlags::empty(),
+            Some("size=1m"),
+        )
+        .map_err(|e| format!("mount tmpfs: {e}"))?;
+        Ok(if root {
+            "mount, pid, net, ipc, uts namespaces (as root)"
+        } else {
+            "user, mount, pid, net, ipc, uts namespaces (unprivileged)"
+        }
+        .into())
     })();
     let p = match outcome {
         Ok(detail) => NamespaceProbe { ok: true, detail },
@@ -63,13 +81,22 @@ fn probe_namespaces(helper: &Path) -> NamespaceProbe {
     static CACHE: OnceLock<NamespaceProbe> = OnceLock::new();
     CACHE
         .get_or_init(|| {
-            let out = std::process::Command::new(helper).arg(PROBE_ARG).env_clear().output();
+            let out = std::process::Command::new(helper)
+                .arg(PROBE_ARG)
+                .env_clear()
+                .output();
             match out {
                 Ok(o) => serde_json::from_slice(&o.stdout).unwrap_or_else(|_| NamespaceProbe {
                     ok: false,
-                    detail: format!("probe failed: {}", String::from_utf8_lossy(&o.stderr).trim()),
+                    detail: format!(
+                        "probe failed: {}",
+                        String::from_utf8_lossy(&o.stderr).trim()
+                    ),
                 }),
-                Err(e) => NamespaceProbe { ok: false, detail: format!("cannot run {}: {e}", helper.display()) },
+                Err(e) => NamespaceProbe {
+                    ok: false,
+                    detail: format!("cannot run {}: {e}", helper.display()),
+                },
             }
         })
         .clone()
@@ -114,18 +141,47 @@ pub fn availability(policy: &Policy, helper: &Path) -> Availability {
     ];
     for lang in crate::types::Language::ALL {
         let p = policy.interpreters.path(lang);
-        facts.push((format!("{lang} interpreter"), if p.is_file() { p.display().to_string() } else { format!("{} (missing)", p.display()) }));
+        facts.push((
+            format!("{lang} interpreter"),
+            if p.is_file() {
+                p.display().to_string()
+            } else {
+                format!("{} (missing)", p.display())
+            },
+        ));
     }
     let (available, detail) = if !seccomp {
-        (false, "seccomp is unavailable: refusing to run without a syscall filter".to_string())
+        (
+            false,
+            "seccomp is unavailable: refusing to run without a syscall filter".to_string(),
+        )
     } else if !ns.ok && abi == 0 {
-        (false, "neither namespaces nor Landlock are available: the filesystem cannot be confined".to_string())
+        (
+            false,
+            "neither namespaces nor Landlock are available: the filesystem cannot be confined"
+                .to_string(),
+        )
     } else if ns.ok {
-        (true, format!("own root via namespaces, {}", if abi > 0 { "Landlock, seccomp" } else { "seccomp (no Landlock)" }))
+        (
+            true,
+            format!(
+                "own root via namespaces, {}",
+                if abi > 0 {
+                    "Landlock, seccomp"
+                } else {
+                    "seccomp (no Landlock)"
+                }
+            ),
+        )
     } else {
         (true, "Landlock + seccomp without namespaces (processes of the host stay visible in /proc is prevented by Landlock)".to_string())
     };
-    Availability { backend: BackendKind::Linux, available, detail, facts }
+    Availability {
+        backend: BackendKind::Linux,
+        available,
+        detail,
+        facts,
+    }
 }
 
 /// The native Linux backend.
@@ -145,7 +201,11 @@ fn bind_kind(p: &Path) -> Option<BindKind> {
     if meta.file_type().is_symlink() {
         return std::fs::read_link(p).ok().map(BindKind::Symlink);
     }
-    Some(if meta.is_dir() { BindKind::Dir } else { BindKind::File })
+    Some(if meta.is_dir() {
+        BindKind::Dir
+    } else {
+        BindKind::File
+    })
 }
 
 fn random_name() -> Result<String> {
@@ -154,12 +214,34 @@ fn random_name() -> Result<String> {
 
 fn mkdir(p: &Path, mode: u32) -> Result<()> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-    std::fs::DirBuilder::new().recursive(true).mode(mode).create(p).map_err(|e| Error::io(format!("create {}", p.display()), e))?;
-    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).map_err(|e| Error::io(format!("chmod {}", p.display()), e))
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(mode)
+        .create(p)
+        .map_err(|e| Error::io(format!("create {}", p.display()), e))?;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| Error::io(format!("chmod {}", p.display()), e))
+}
+
+/// The state directory may sit in a shared place (`/tmp`): refuse one somebody else owns or
+/// that is a symlink, so nobody can redirect our sessions.
+fn check_owner(p: &Path, uid: u32) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let m =
+        std::fs::symlink_metadata(p).map_err(|e| Error::io(format!("stat {}", p.display()), e))?;
+    if m.file_type().is_symlink() || m.uid() != uid {
+        return Err(Error::sandbox(format!(
+            "the state directory {} is a symlink or owned by uid {}, not {uid}: refusing to use it (set SANDPIT_STATE_DIR)",
+            p.display(),
+            m.uid()
+        )));
+    }
+    Ok(())
 }
 
 fn chown(p: &Path, uid: u32, gid: u32) -> Result<()> {
-    std::os::unix::fs::chown(p, Some(uid), Some(gid)).map_err(|e| Error::io(format!("chown {}", p.display()), e))
+    std::os::unix::fs::chown(p, Some(uid), Some(gid))
+        .map_err(|e| Error::io(format!("chown {}", p.display()), e))
 }
 
 impl super::Backend for LinuxBackend {
@@ -183,16 +265,24 @@ impl LinuxBackend {
         let name = random_name()?;
         let sessions = spec.state_dir.join("sessions");
         mkdir(&spec.state_dir, 0o711)?;
+        check_owner(&spec.state_dir, uid)?;
         mkdir(&sessions, 0o711)?;
         let base = sessions.join(&name);
         mkdir(&base, if is_root { 0o711 } else { 0o700 })?;
         let dirs = SessionDirs {
-            workspace: spec.workspace.clone().unwrap_or_else(|| base.join("workspace")),
+            workspace: spec
+                .workspace
+                .clone()
+                .unwrap_or_else(|| base.join("workspace")),
             tmp: base.join("tmp"),
             home: base.join("home"),
             root: base.join("root"),
         };
-        let mut guard = SessionGuard { base: base.clone(), cgroup: None, uid: None };
+        let mut guard = SessionGuard {
+            base: base.clone(),
+            cgroup: None,
+            uid: None,
+        };
         for d in [&dirs.workspace, &dirs.tmp, &dirs.home, &dirs.root] {
             if spec.workspace.as_ref() != Some(d) {
                 mkdir(d, 0o700)?;
@@ -200,7 +290,14 @@ impl LinuxBackend {
         }
 
         let uid_lease = if is_root {
-            Some(uid::lease(&spec.state_dir, self.policy.linux.uid_base, self.policy.linux.uid_count).map_err(|e| Error::io("lease a sandbox uid", e))?)
+            Some(
+                uid::lease(
+                    &spec.state_dir,
+                    self.policy.linux.uid_base,
+                    self.policy.linux.uid_count,
+                )
+                .map_err(|e| Error::io("lease a sandbox uid", e))?,
+            )
         } else {
             None
         };
@@ -212,7 +309,8 @@ impl LinuxBackend {
         }
         guard.uid = uid_lease;
         if let Some(v) = cgroup::detect() {
-            let cg = cgroup::Cgroup::create(v, &format!("s-{name}"), &spec.limits).map_err(|e| Error::io("create the session cgroup", e))?;
+            let cg = cgroup::Cgroup::create(v, &format!("s-{name}"), &spec.limits)
+                .map_err(|e| Error::io("create the session cgroup", e))?;
             guard.cgroup = Some(cg);
         }
 
@@ -223,26 +321,42 @@ impl LinuxBackend {
             namespaces: ns.ok,
             landlock_abi: landlock_rules::kernel_abi(),
             session_ids,
-            cgroup_procs: guard.cgroup.as_ref().map(|c| c.procs_files()).unwrap_or_default(),
+            cgroup_procs: guard
+                .cgroup
+                .as_ref()
+                .map(|c| c.procs_files())
+                .unwrap_or_default(),
         };
         if !ns.ok && facts.landlock_abi == 0 {
             return Err(Error::BackendUnavailable {
                 backend: "linux".into(),
-                reason: format!("no namespaces ({}) and no Landlock: the filesystem cannot be confined", ns.detail),
+                reason: format!(
+                    "no namespaces ({}) and no Landlock: the filesystem cannot be confined",
+                    ns.detail
+                ),
             });
         }
         let plan = plan::build(spec, &dirs, &facts, &bind_kind);
-        let plan_json = serde_json::to_string(&plan).map_err(|e| Error::sandbox(format!("encode plan: {e}")))?;
+        let plan_json = serde_json::to_string(&plan)
+            .map_err(|e| Error::sandbox(format!("encode plan: {e}")))?;
 
         tracing::debug!(session = %spec.session_id, backend = "linux", "starting sandbox");
         let cg_oom = guard.cgroup.as_ref().map(|c| c.view());
         let cg_kill = guard.cgroup.as_ref().map(|c| c.view());
         super::pty_spawn::spawn(
-            super::pty_spawn::Program { path: self.helper.clone(), args: vec![HELPER_ARG.into(), plan_json], env: vec![], cwd: None },
+            super::pty_spawn::Program {
+                path: self.helper.clone(),
+                args: vec![HELPER_ARG.into(), plan_json],
+                env: vec![],
+                cwd: None,
+            },
             super::pty_spawn::Extras {
                 guard: Box::new(guard),
-                oom_killed: cg_oom.map(|c| Box::new(move || c.oom_kills() > 0) as Box<dyn Fn() -> bool + Send + Sync>),
-                kill_all: cg_kill.map(|c| Box::new(move || c.kill_all()) as Box<dyn Fn() + Send + Sync>),
+                oom_killed: cg_oom.map(|c| {
+                    Box::new(move || c.oom_kills() > 0) as Box<dyn Fn() -> bool + Send + Sync>
+                }),
+                kill_all: cg_kill
+                    .map(|c| Box::new(move || c.kill_all()) as Box<dyn Fn() + Send + Sync>),
                 workspace: Some(dirs.workspace.clone()),
             },
         )
@@ -270,4 +384,3 @@ impl Drop for SessionGuard {
         }
     }
 }
-

@@ -22,13 +22,16 @@ fn mkdirs(p: &Path) -> Result<(), String> {
 
 fn tmpfs(target: &Path, flags: MsFlags, data: &str) -> Result<(), String> {
     mkdirs(target)?;
-    mount(Some("tmpfs"), target, Some("tmpfs"), flags, Some(data)).map_err(|e| err("mount tmpfs on", target, e))
+    mount(Some("tmpfs"), target, Some("tmpfs"), flags, Some(data))
+        .map_err(|e| err("mount tmpfs on", target, e))
 }
 
 /// Flags a bind remount must keep: in a user namespace the kernel refuses to clear the flags the
 /// original mount has locked (nosuid, nodev, noexec, atime).
 fn locked_flags(p: &Path) -> MsFlags {
-    let Ok(st) = statvfs(p) else { return MsFlags::empty() };
+    let Ok(st) = statvfs(p) else {
+        return MsFlags::empty();
+    };
     let f = st.flags();
     let mut m = MsFlags::empty();
     for (fs, ms) in [
@@ -61,9 +64,16 @@ fn bind(root: &Path, b: &Bind) -> Result<(), String> {
             std::fs::File::create(&dst).map_err(|e| err("create mount point", &dst, e))?;
         }
     }
-    mount(Some(&b.src), &dst, None::<&str>, MsFlags::MS_BIND | MsFlags::MS_REC, None::<&str>)
-        .map_err(|e| err("bind mount", &b.src, e))?;
-    let mut flags = MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_NOSUID | locked_flags(&dst);
+    mount(
+        Some(&b.src),
+        &dst,
+        None::<&str>,
+        MsFlags::MS_BIND | MsFlags::MS_REC,
+        None::<&str>,
+    )
+    .map_err(|e| err("bind mount", &b.src, e))?;
+    let mut flags =
+        MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_NOSUID | locked_flags(&dst);
     if b.writable {
         flags.remove(MsFlags::MS_RDONLY);
     } else {
@@ -72,7 +82,8 @@ fn bind(root: &Path, b: &Bind) -> Result<(), String> {
     if !b.dst.starts_with("/dev") {
         flags |= MsFlags::MS_NODEV;
     }
-    mount(None::<&str>, &dst, None::<&str>, flags, None::<&str>).map_err(|e| err("remount", &dst, e))
+    mount(None::<&str>, &dst, None::<&str>, flags, None::<&str>)
+        .map_err(|e| err("remount", &dst, e))
 }
 
 /// Builds the root described by `plan` and makes it `/`. Must run in a new mount namespace
@@ -80,8 +91,14 @@ fn bind(root: &Path, b: &Bind) -> Result<(), String> {
 pub fn enter_root(plan: &RootPlan) -> Result<(), String> {
     let root = &plan.mountpoint;
     // Nothing we mount may propagate back to the host's mount namespace.
-    mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
-        .map_err(|e| format!("make / private: {e}"))?;
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .map_err(|e| format!("make / private: {e}"))?;
     let base = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
     tmpfs(root, base, "mode=0755,size=4m")?;
     for b in &plan.binds {
@@ -89,26 +106,59 @@ pub fn enter_root(plan: &RootPlan) -> Result<(), String> {
     }
     let (uid, gid) = plan.owner;
     let size = plan.tmp_size_mb;
-    tmpfs(&inside(root, Path::new(TMP)), base | MsFlags::MS_NOEXEC, &format!("mode=1777,size={size}m"))?;
-    tmpfs(&inside(root, Path::new(HOME)), base, &format!("mode=0700,uid={uid},gid={gid},size={size}m"))?;
-    tmpfs(&inside(root, Path::new("/dev/shm")), base | MsFlags::MS_NOEXEC, &format!("mode=1777,size={size}m"))?;
-    for (name, target) in [("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")] {
+    tmpfs(
+        &inside(root, Path::new(TMP)),
+        base | MsFlags::MS_NOEXEC,
+        &format!("mode=1777,size={size}m"),
+    )?;
+    tmpfs(
+        &inside(root, Path::new(HOME)),
+        base,
+        &format!("mode=0700,uid={uid},gid={gid},size={size}m"),
+    )?;
+    tmpfs(
+        &inside(root, Path::new("/dev/shm")),
+        base | MsFlags::MS_NOEXEC,
+        &format!("mode=1777,size={size}m"),
+    )?;
+    for (name, target) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
         let p = inside(root, &Path::new("/dev").join(name));
         std::os::unix::fs::symlink(target, &p).map_err(|e| err("symlink", &p, e))?;
     }
     let proc_dir = inside(root, Path::new("/proc"));
     mkdirs(&proc_dir)?;
-    mount(Some("proc"), &proc_dir, Some("proc"), base | MsFlags::MS_NOEXEC, None::<&str>)
-        .map_err(|e| err("mount proc on", &proc_dir, e))?;
+    mount(
+        Some("proc"),
+        &proc_dir,
+        Some("proc"),
+        base | MsFlags::MS_NOEXEC,
+        None::<&str>,
+    )
+    .map_err(|e| err("mount proc on", &proc_dir, e))?;
     let etc = inside(root, Path::new("/etc"));
     mkdirs(&etc)?;
-    for (name, text) in [("passwd", &plan.passwd), ("group", &plan.group), ("hostname", &"sandpit\n".to_string())] {
+    for (name, text) in [
+        ("passwd", &plan.passwd),
+        ("group", &plan.group),
+        ("hostname", &"sandpit\n".to_string()),
+    ] {
         std::fs::write(etc.join(name), text).map_err(|e| err("write", &etc.join(name), e))?;
     }
     mkdirs(&inside(root, Path::new(WORKSPACE)))?;
     // The skeleton is complete: make the root itself read-only.
-    mount(None::<&str>, root, None::<&str>, MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | base, None::<&str>)
-        .map_err(|e| err("remount read-only", root, e))?;
+    mount(
+        None::<&str>,
+        root,
+        None::<&str>,
+        MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | base,
+        None::<&str>,
+    )
+    .map_err(|e| err("remount read-only", root, e))?;
     // pivot_root(".", ".") stacks the old root under the new one; detaching it leaves no way back.
     std::env::set_current_dir(root).map_err(|e| err("chdir", root, e))?;
     nix::unistd::pivot_root(".", ".").map_err(|e| format!("pivot_root: {e}"))?;

@@ -119,7 +119,11 @@ pub fn build(
     let limits = &spec.limits;
     let own_root = host.namespaces;
     let (workspace, tmp, home) = if own_root {
-        (PathBuf::from(WORKSPACE), PathBuf::from(TMP), PathBuf::from(HOME))
+        (
+            PathBuf::from(WORKSPACE),
+            PathBuf::from(TMP),
+            PathBuf::from(HOME),
+        )
     } else {
         (dirs.workspace.clone(), dirs.tmp.clone(), dirs.home.clone())
     };
@@ -130,7 +134,13 @@ pub fn build(
     let memory_limit = match spec.language {
         Language::Javascript => {
             // V8 reserves far more address space than it uses: bound its heap and its data.
-            argv.insert(1, format!("--max-old-space-size={}", (limits.memory_mb * 3 / 4).max(16)));
+            argv.insert(
+                1,
+                format!(
+                    "--max-old-space-size={}",
+                    (limits.memory_mb * 3 / 4).max(16)
+                ),
+            );
             Rlimit::Data(limits.memory_mb * mb)
         }
         _ => Rlimit::AddressSpace(limits.memory_mb * mb),
@@ -149,7 +159,10 @@ pub fn build(
         ("TMPDIR".to_string(), tmp.display().to_string()),
         ("LANG".to_string(), "C.UTF-8".to_string()),
         ("TERM".to_string(), "xterm-256color".to_string()),
-        ("SANDPIT_WORKSPACE".to_string(), workspace.display().to_string()),
+        (
+            "SANDPIT_WORKSPACE".to_string(),
+            workspace.display().to_string(),
+        ),
     ];
     env.extend(spec.env.iter().cloned());
 
@@ -160,7 +173,14 @@ pub fn build(
             ro.push(dir.to_path_buf());
         }
     }
-    let devices = ["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"];
+    let devices = [
+        "/dev/null",
+        "/dev/zero",
+        "/dev/full",
+        "/dev/random",
+        "/dev/urandom",
+        "/dev/tty",
+    ];
 
     let namespaces = Namespaces {
         user: own_root && !host.is_root,
@@ -198,10 +218,19 @@ pub fn build(
         LandlockPlan {
             // The root holds only what was bound into it, read-only; Landlock repeats that.
             read_exec: vec!["/".into()],
-            read_write: [WORKSPACE, TMP, HOME, "/dev/shm", "/dev/null", "/dev/zero", "/dev/full", "/dev/tty"]
-                .iter()
-                .map(PathBuf::from)
-                .collect(),
+            read_write: [
+                WORKSPACE,
+                TMP,
+                HOME,
+                "/dev/shm",
+                "/dev/null",
+                "/dev/zero",
+                "/dev/full",
+                "/dev/tty",
+            ]
+            .iter()
+            .map(PathBuf::from)
+            .collect(),
             deny_tcp: !spec.network,
             required: false,
         }
@@ -209,8 +238,17 @@ pub fn build(
         let mut read_exec = ro.clone();
         read_exec.extend(["/dev/random", "/dev/urandom"].iter().map(PathBuf::from));
         let mut read_write = vec![dirs.workspace.clone(), dirs.tmp.clone(), dirs.home.clone()];
-        read_write.extend(["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"].iter().map(PathBuf::from));
-        LandlockPlan { read_exec, read_write, deny_tcp: !spec.network, required: true }
+        read_write.extend(
+            ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"]
+                .iter()
+                .map(PathBuf::from),
+        );
+        LandlockPlan {
+            read_exec,
+            read_write,
+            deny_tcp: !spec.network,
+            required: true,
+        }
     };
 
     LinuxPlan {
@@ -239,7 +277,11 @@ mod tests {
             session_id: "s1".into(),
             language: lang,
             interpreter: p.interpreters.path(lang).to_path_buf(),
-            argv: vec![p.interpreters.path(lang).display().to_string(), "-c".into(), "x".into()],
+            argv: vec![
+                p.interpreters.path(lang).display().to_string(),
+                "-c".into(),
+                "x".into(),
+            ],
             env: vec![("SANDPIT_SESSION_ID".into(), "s1".into())],
             limits: p.limits.clone(),
             network,
@@ -274,68 +316,146 @@ mod tests {
         match p.to_str()? {
             "/bin" => Some(BindKind::Symlink("usr/bin".into())),
             "/lib32" | "/libx32" => None,
-            s if s.starts_with("/dev/") || s.starts_with("/etc/ld.so.cache") => Some(BindKind::File),
+            s if s.starts_with("/dev/") || s.starts_with("/etc/ld.so.cache") => {
+                Some(BindKind::File)
+            }
             _ => Some(BindKind::Dir),
         }
     }
 
     #[test]
     fn unprivileged_with_namespaces_maps_own_ids_and_builds_a_root() {
-        let plan = build(&spec(Language::Python, false), &dirs(), &host(false, true), &kind);
-        assert!(plan.namespaces.user && plan.namespaces.mount && plan.namespaces.pid && plan.namespaces.net);
+        let plan = build(
+            &spec(Language::Python, false),
+            &dirs(),
+            &host(false, true),
+            &kind,
+        );
+        assert!(
+            plan.namespaces.user
+                && plan.namespaces.mount
+                && plan.namespaces.pid
+                && plan.namespaces.net
+        );
         assert_eq!(plan.id_map, Some((1000, 1000)));
         assert_eq!(plan.drop_to, None);
         assert_eq!(plan.cwd, Path::new(WORKSPACE));
         let root = plan.root.unwrap();
-        assert!(root.binds.iter().any(|b| b.dst == Path::new("/bin") && b.kind == BindKind::Symlink("usr/bin".into())));
-        assert!(!root.binds.iter().any(|b| b.dst == Path::new("/lib32")), "absent paths are skipped");
-        let ws = root.binds.iter().find(|b| b.dst == Path::new(WORKSPACE)).unwrap();
+        assert!(root
+            .binds
+            .iter()
+            .any(|b| b.dst == Path::new("/bin") && b.kind == BindKind::Symlink("usr/bin".into())));
+        assert!(
+            !root.binds.iter().any(|b| b.dst == Path::new("/lib32")),
+            "absent paths are skipped"
+        );
+        let ws = root
+            .binds
+            .iter()
+            .find(|b| b.dst == Path::new(WORKSPACE))
+            .unwrap();
         assert!(ws.writable && ws.src == Path::new("/state/s1/workspace"));
-        assert!(root.binds.iter().filter(|b| b.writable).all(|b| b.dst == Path::new(WORKSPACE) || b.dst.starts_with("/dev")));
+        assert!(root
+            .binds
+            .iter()
+            .filter(|b| b.writable)
+            .all(|b| b.dst == Path::new(WORKSPACE) || b.dst.starts_with("/dev")));
         assert!(!plan.landlock.required);
         assert!(plan.deny_network && plan.landlock.deny_tcp);
     }
 
     #[test]
     fn root_drops_to_the_session_uid_without_a_user_namespace() {
-        let plan = build(&spec(Language::Bash, false), &dirs(), &host(true, true), &kind);
+        let plan = build(
+            &spec(Language::Bash, false),
+            &dirs(),
+            &host(true, true),
+            &kind,
+        );
         assert!(!plan.namespaces.user && plan.namespaces.pid);
         assert_eq!(plan.drop_to, Some((2_000_001, 2_000_001)));
-        assert!(plan.root.unwrap().passwd.contains("sandbox:x:2000001:2000001"));
+        assert!(plan
+            .root
+            .unwrap()
+            .passwd
+            .contains("sandbox:x:2000001:2000001"));
     }
 
     #[test]
     fn without_namespaces_landlock_is_required_and_paths_are_host_paths() {
-        let plan = build(&spec(Language::Python, false), &dirs(), &host(false, false), &kind);
+        let plan = build(
+            &spec(Language::Python, false),
+            &dirs(),
+            &host(false, false),
+            &kind,
+        );
         assert_eq!(plan.namespaces, Namespaces::default());
         assert!(plan.root.is_none());
         assert!(plan.landlock.required);
-        assert!(plan.landlock.read_write.contains(&PathBuf::from("/state/s1/workspace")));
-        assert!(!plan.landlock.read_exec.iter().any(|p| p == Path::new("/") || p.starts_with("/home")));
+        assert!(plan
+            .landlock
+            .read_write
+            .contains(&PathBuf::from("/state/s1/workspace")));
+        assert!(!plan
+            .landlock
+            .read_exec
+            .iter()
+            .any(|p| p == Path::new("/") || p.starts_with("/home")));
         assert_eq!(plan.cwd, Path::new("/state/s1/workspace"));
     }
 
     #[test]
     fn network_request_keeps_the_host_network_namespace_and_sockets() {
-        let plan = build(&spec(Language::Python, true), &dirs(), &host(false, true), &kind);
+        let plan = build(
+            &spec(Language::Python, true),
+            &dirs(),
+            &host(false, true),
+            &kind,
+        );
         assert!(!plan.namespaces.net && !plan.deny_network && !plan.landlock.deny_tcp);
     }
 
     #[test]
     fn node_bounds_its_heap_and_data_instead_of_address_space() {
-        let plan = build(&spec(Language::Javascript, false), &dirs(), &host(false, true), &kind);
+        let plan = build(
+            &spec(Language::Javascript, false),
+            &dirs(),
+            &host(false, true),
+            &kind,
+        );
         assert!(plan.argv[1].starts_with("--max-old-space-size="));
         assert!(matches!(plan.rlimits[0], Rlimit::Data(_)));
-        let py = build(&spec(Language::Python, false), &dirs(), &host(false, true), &kind);
+        let py = build(
+            &spec(Language::Python, false),
+            &dirs(),
+            &host(false, true),
+            &kind,
+        );
         assert!(matches!(py.rlimits[0], Rlimit::AddressSpace(_)));
         assert!(py.rlimits.contains(&Rlimit::Core(0)));
     }
 
     #[test]
     fn environment_is_clean_and_points_inside() {
-        let plan = build(&spec(Language::Python, false), &dirs(), &host(false, true), &kind);
+        let plan = build(
+            &spec(Language::Python, false),
+            &dirs(),
+            &host(false, true),
+            &kind,
+        );
         let keys: Vec<_> = plan.env.iter().map(|(k, _)| k.as_str()).collect();
-        assert_eq!(keys, ["PATH", "HOME", "TMPDIR", "LANG", "TERM", "SANDPIT_WORKSPACE", "SANDPIT_SESSION_ID"]);
+        assert_eq!(
+            keys,
+            [
+                "PATH",
+                "HOME",
+                "TMPDIR",
+                "LANG",
+                "TERM",
+                "SANDPIT_WORKSPACE",
+                "SANDPIT_SESSION_ID"
+            ]
+        );
         assert!(plan.env.contains(&("HOME".into(), HOME.into())));
     }
 }

@@ -34,6 +34,8 @@ impl Rlimit {
     /// Sets the limit on the calling process.
     pub fn apply(self) -> std::io::Result<()> {
         let (res, v) = self.resource();
-        res.set(v, v).map_err(|e| std::io::Error::new(e.kind(), format!("setrlimit({}, {v}): {e}", res.as_name())))
+        res.set(v, v).map_err(|e| {
+            std::io::Error::new(e.kind(), format!("setrlimit({}, {v}): {e}", res.as_name()))
+        })
     }
 }

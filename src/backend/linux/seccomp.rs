@@ -21,7 +21,10 @@ pub enum SeccompError {
     #[error("seccomp profile for {arch}: {message}")]
     Profile { arch: &'static str, message: String },
     #[error("installing seccomp filter {name}: {source}")]
-    Install { name: String, source: seccompiler::Error },
+    Install {
+        name: String,
+        source: seccompiler::Error,
+    },
 }
 
 /// The architecture this binary runs on, as seccompiler names it.
@@ -42,15 +45,22 @@ fn arch_name(arch: TargetArch) -> &'static str {
 
 /// The merged JSON profile for `arch`: common rules plus the architecture's own.
 fn merged_profile(arch: TargetArch) -> Result<serde_json::Value, SeccompError> {
-    let err = |message: String| SeccompError::Profile { arch: arch_name(arch), message };
-    let mut common: serde_json::Value = serde_json::from_str(COMMON).map_err(|e| err(e.to_string()))?;
+    let err = |message: String| SeccompError::Profile {
+        arch: arch_name(arch),
+        message,
+    };
+    let mut common: serde_json::Value =
+        serde_json::from_str(COMMON).map_err(|e| err(e.to_string()))?;
     let extra = match arch {
         TargetArch::x86_64 => X86_64,
         TargetArch::aarch64 => AARCH64,
         TargetArch::riscv64 => return Err(err("no profile for riscv64".into())),
     };
     let extra: serde_json::Value = serde_json::from_str(extra).map_err(|e| err(e.to_string()))?;
-    let extra_rules = extra["deny"]["filter"].as_array().cloned().unwrap_or_default();
+    let extra_rules = extra["deny"]["filter"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     common["deny"]["filter"]
         .as_array_mut()
         .ok_or_else(|| err("deny.filter is not a list".into()))?
@@ -67,12 +77,17 @@ fn merged_profile(arch: TargetArch) -> Result<serde_json::Value, SeccompError> {
 }
 
 /// The filters to install for `arch`, in installation order, as `(name, program)`.
-pub fn compile(arch: TargetArch, deny_network: bool) -> Result<Vec<(String, BpfProgram)>, SeccompError> {
+pub fn compile(
+    arch: TargetArch,
+    deny_network: bool,
+) -> Result<Vec<(String, BpfProgram)>, SeccompError> {
     let profile = merged_profile(arch)?;
     let text = profile.to_string();
-    let mut map = seccompiler::compile_from_json(text.as_bytes(), arch).map_err(|e| SeccompError::Profile {
-        arch: arch_name(arch),
-        message: e.to_string(),
+    let mut map = seccompiler::compile_from_json(text.as_bytes(), arch).map_err(|e| {
+        SeccompError::Profile {
+            arch: arch_name(arch),
+            message: e.to_string(),
+        }
     })?;
     let mut take = |name: &str| {
         map.remove(name).ok_or_else(|| SeccompError::Profile {
@@ -84,7 +99,10 @@ pub fn compile(arch: TargetArch, deny_network: bool) -> Result<Vec<(String, BpfP
     if arch == TargetArch::x86_64 {
         deny = with_x32_prefix(deny);
     }
-    let mut out = vec![("deny".to_string(), deny), ("clone3".to_string(), take("clone3")?)];
+    let mut out = vec![
+        ("deny".to_string(), deny),
+        ("clone3".to_string(), take("clone3")?),
+    ];
     if deny_network {
         out.push(("network".to_string(), take("network")?));
     }
@@ -94,14 +112,29 @@ pub fn compile(arch: TargetArch, deny_network: bool) -> Result<Vec<(String, BpfP
 /// Prepends: load the syscall number; if the x32 bit is set, fail with EPERM. The rest of the
 /// program (seccompiler's) starts with its own architecture check and loads what it needs.
 fn with_x32_prefix(program: BpfProgram) -> BpfProgram {
-    const BPF_LD_W_ABS: u16 = 0x00 | 0x00 | 0x20;
-    const BPF_JMP_JSET_K: u16 = 0x05 | 0x40 | 0x00;
-    const BPF_RET_K: u16 = 0x06 | 0x00;
+    const BPF_LD_W_ABS: u16 = 0x20; // BPF_LD (0x00) | BPF_W (0x00) | BPF_ABS (0x20)
+    const BPF_JMP_JSET_K: u16 = 0x45; // BPF_JMP (0x05) | BPF_JSET (0x40) | BPF_K (0x00)
+    const BPF_RET_K: u16 = 0x06; // BPF_RET (0x06) | BPF_K (0x00)
     let nr_offset = 0; // offsetof(struct seccomp_data, nr)
     let mut prefix = vec![
-        seccompiler::sock_filter { code: BPF_LD_W_ABS, jt: 0, jf: 0, k: nr_offset },
-        seccompiler::sock_filter { code: BPF_JMP_JSET_K, jt: 0, jf: 1, k: X32_SYSCALL_BIT },
-        seccompiler::sock_filter { code: BPF_RET_K, jt: 0, jf: 0, k: libc::SECCOMP_RET_ERRNO | libc::EPERM as u32 },
+        seccompiler::sock_filter {
+            code: BPF_LD_W_ABS,
+            jt: 0,
+            jf: 0,
+            k: nr_offset,
+        },
+        seccompiler::sock_filter {
+            code: BPF_JMP_JSET_K,
+            jt: 0,
+            jf: 1,
+            k: X32_SYSCALL_BIT,
+        },
+        seccompiler::sock_filter {
+            code: BPF_RET_K,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
+        },
     ];
     prefix.extend(program);
     prefix
@@ -110,7 +143,10 @@ fn with_x32_prefix(program: BpfProgram) -> BpfProgram {
 /// Installs the filters on the calling thread. `PR_SET_NO_NEW_PRIVS` must already be set.
 pub fn install(filters: &[(String, BpfProgram)]) -> Result<(), SeccompError> {
     for (name, prog) in filters {
-        seccompiler::apply_filter(prog).map_err(|source| SeccompError::Install { name: name.clone(), source })?;
+        seccompiler::apply_filter(prog).map_err(|source| SeccompError::Install {
+            name: name.clone(),
+            source,
+        })?;
     }
     Ok(())
 }
@@ -150,10 +186,32 @@ mod tests {
             .map(|r| r["syscall"].as_str().unwrap().to_string())
             .collect();
         for s in [
-            "mount", "umount2", "unshare", "setns", "ptrace", "bpf", "keyctl", "add_key", "kexec_load",
-            "init_module", "finit_module", "open_by_handle_at", "perf_event_open", "userfaultfd",
-            "io_uring_setup", "modify_ldt", "iopl", "ioperm", "swapon", "reboot", "pivot_root",
-            "process_vm_readv", "process_vm_writev", "clock_settime", "settimeofday", "acct",
+            "mount",
+            "umount2",
+            "unshare",
+            "setns",
+            "ptrace",
+            "bpf",
+            "keyctl",
+            "add_key",
+            "kexec_load",
+            "init_module",
+            "finit_module",
+            "open_by_handle_at",
+            "perf_event_open",
+            "userfaultfd",
+            "io_uring_setup",
+            "modify_ldt",
+            "iopl",
+            "ioperm",
+            "swapon",
+            "reboot",
+            "pivot_root",
+            "process_vm_readv",
+            "process_vm_writev",
+            "clock_settime",
+            "settimeofday",
+            "acct",
         ] {
             assert!(names.contains(s), "{s} missing from the deny list");
         }

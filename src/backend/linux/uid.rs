@@ -17,10 +17,17 @@ pub fn lease(state_dir: &Path, base: u32, count: u32) -> std::io::Result<UidLeas
     std::fs::create_dir_all(&dir)?;
     for slot in 0..count {
         let path = dir.join(format!("{slot}.lock"));
-        let f = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path)?;
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)?;
         // SAFETY: flock on a descriptor we own; no memory is touched.
         if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-            return Ok(UidLease { uid: base + slot, _lock: f });
+            return Ok(UidLease {
+                uid: base + slot,
+                _lock: f,
+            });
         }
     }
     Err(std::io::Error::other(format!(

@@ -39,7 +39,8 @@ pub fn driver_argv(lang: Language, interpreter: &Path) -> Vec<OsString> {
 /// A fresh 128-bit nonce as 32 lowercase hex characters.
 pub fn new_nonce() -> crate::Result<String> {
     let mut b = [0u8; 16];
-    getrandom::getrandom(&mut b).map_err(|e| crate::Error::sandbox(format!("no randomness for a nonce: {e}")))?;
+    getrandom::getrandom(&mut b)
+        .map_err(|e| crate::Error::sandbox(format!("no randomness for a nonce: {e}")))?;
     Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
@@ -62,8 +63,13 @@ pub fn encode_request(
         _ if input.is_empty() => String::new(),
         _ => serde_json::Value::Object(input.clone().into_iter().collect()).to_string(),
     };
-    let mut frame =
-        format!("{id} {nonce} {} {} {}\n", u8::from(interactive), prelude.len(), code.len()).into_bytes();
+    let mut frame = format!(
+        "{id} {nonce} {} {} {}\n",
+        u8::from(interactive),
+        prelude.len(),
+        code.len()
+    )
+    .into_bytes();
     frame.extend_from_slice(prelude.as_bytes());
     frame.extend_from_slice(code.as_bytes());
     frame
@@ -141,7 +147,10 @@ mod tests {
         input.insert("A".to_string(), serde_json::json!("it's $(rm -rf /) `x`"));
         input.insert("B".to_string(), serde_json::json!({"k": [1, 2]}));
         let s = bash_exports(&input);
-        assert_eq!(s, "export A='it'\\''s $(rm -rf /) `x`'\nexport B='{\"k\":[1,2]}'\n");
+        assert_eq!(
+            s,
+            "export A='it'\\''s $(rm -rf /) `x`'\nexport B='{\"k\":[1,2]}'\n"
+        );
     }
 
     #[test]
@@ -149,7 +158,9 @@ mod tests {
         let a = new_nonce().unwrap();
         let b = new_nonce().unwrap();
         assert_eq!(a.len(), 32);
-        assert!(a.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+        assert!(a
+            .chars()
+            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
         assert_ne!(a, b);
     }
 

@@ -1,0 +1,162 @@
+//! Shared harness for the integration tests: backend selection with explicit skips (and
+//! failures under `CI=true` for a backend that should be there), sessions, and host oracles.
+#![allow(dead_code)]
+
+use sandpit::backend::{self, Backend, BackendChoice, BackendKind};
+use sandpit::policy::Policy;
+use sandpit::session::{ExecOptions, Session, SessionConfig};
+use sandpit::{ExecRequest, ExecResult, Language};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Backends that CI must be able to run (a skip of one of these under CI=true fails).
+pub const REQUIRED_IN_CI: &[&str] = &["linux", "unsandboxed"];
+
+pub struct Ctx {
+    pub backend: Arc<dyn Backend>,
+    pub policy: Policy,
+}
+
+/// The sandpit binary for the helper stage: `SANDPIT_HELPER` (set by tests/run-all.sh to a
+/// copy every user can execute), else the one cargo built.
+pub fn helper() -> std::path::PathBuf {
+    std::env::var_os("SANDPIT_HELPER")
+        .map(Into::into)
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_sandpit").into())
+}
+
+pub fn policy() -> Policy {
+    let mut p = Policy::default();
+    p.limits.pids = 64;
+    p.limits.memory_mb = 512;
+    if let Ok(dir) = std::env::var("SANDPIT_TEST_STATE_DIR") {
+        p.linux.state_dir = dir;
+    }
+    p
+}
+
+/// Runs `case` against `backend` if it is available here; otherwise says why it skipped, and
+/// fails under CI=true when the backend is one CI must have.
+pub fn run_case<F, Fut>(backend: &str, case: F)
+where
+    F: FnOnce(Ctx) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    std::env::set_var("SANDPIT_HELPER", helper());
+    let policy = policy();
+    let choice: BackendChoice = backend.parse().expect("backend name");
+    let selected = backend::select(choice, &policy, &helper());
+    let be = match selected {
+        Ok(b) => b,
+        Err(e) => {
+            let msg = format!(
+                "backend {backend} unavailable here: {}",
+                e.message_with_hint()
+            );
+            if std::env::var("CI").as_deref() == Ok("true") && REQUIRED_IN_CI.contains(&backend) {
+                panic!("CI=true and {msg}");
+            }
+            eprintln!("SKIPPED: {msg}");
+            return;
+        }
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(case(Ctx {
+        backend: be,
+        policy,
+    }));
+}
+
+impl Ctx {
+    pub fn kind(&self) -> BackendKind {
+        self.backend.kind()
+    }
+
+    pub fn sandboxed(&self) -> bool {
+        self.kind() != BackendKind::Unsandboxed
+    }
+
+    pub async fn session(&self, lang: Language) -> Session {
+        let config = SessionConfig {
+            language: lang,
+            session_id: None,
+            workspace: None,
+            network: false,
+            limits: self.policy.limits.clone(),
+        };
+        Session::start(&self.policy, self.backend.clone(), config)
+            .await
+            .expect("session starts")
+    }
+
+    /// One cell in a fresh session.
+    pub async fn run(&self, lang: Language, code: &str) -> ExecResult {
+        let mut s = self.session(lang).await;
+        let r = exec(&mut s, code).await;
+        s.kill().await;
+        r
+    }
+
+    /// A full request in a fresh session.
+    pub async fn request(&self, req: ExecRequest) -> ExecResult {
+        self.policy.validate(&req).expect("valid request");
+        let config = SessionConfig::for_request(&self.policy, &req);
+        let mut s = Session::start(&self.policy, self.backend.clone(), config)
+            .await
+            .expect("session starts");
+        let r = s.run_request(&req, None).await.expect("request runs");
+        s.kill().await;
+        r
+    }
+}
+
+pub async fn exec(s: &mut Session, code: &str) -> ExecResult {
+    exec_timeout(s, code, Duration::from_secs(20)).await
+}
+
+pub async fn exec_timeout(s: &mut Session, code: &str, timeout: Duration) -> ExecResult {
+    s.execute(code, ExecOptions::with_timeout(timeout))
+        .await
+        .expect("execute")
+}
+
+/// Whether any process on the host has `needle` in its command line.
+pub fn host_process_with(needle: &str) -> bool {
+    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        e.file_name().to_string_lossy().parse::<u32>().is_ok()
+            && std::fs::read(e.path().join("cmdline"))
+                .map(|c| {
+                    String::from_utf8_lossy(&c)
+                        .replace('\0', " ")
+                        .contains(needle)
+                })
+                .unwrap_or(false)
+    })
+}
+
+/// Generates one #[test] per (case, backend): `matrix!(module; [backends]; cases...)`.
+#[macro_export]
+macro_rules! matrix {
+    ($cases:ident; $backends:tt; $($case:ident),* $(,)?) => {
+        $( $crate::matrix_case!($cases; $case; $backends); )*
+    };
+}
+
+#[macro_export]
+macro_rules! matrix_case {
+    ($cases:ident; $case:ident; [$($backend:ident),*]) => {
+        mod $case {
+            $(
+                #[test]
+                fn $backend() {
+                    $crate::common::run_case(stringify!($backend), super::$cases::$case);
+                }
+            )*
+        }
+    };
+}

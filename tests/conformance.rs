@@ -1,0 +1,713 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The conformance suite: one behaviour matrix, run against every backend available here.
+//! Functional cases run on every backend (the unsandboxed one included, as the control);
+//! containment cases run on the sandboxed backends and assert each denial with an oracle on
+//! the host (a canary file, a canary listener, a canary process), not only the sandbox's word.
+//!
+//! Run it as root inside a throwaway PID namespace and as an unprivileged user (see .ci/run).
+
+mod common;
+
+use common::{exec, exec_timeout, host_process_with, Ctx};
+use sandpit::{ExecRequest, Language, Status};
+use std::time::Duration;
+
+mod functional {
+    use super::*;
+
+    pub async fn python_state_persists(ctx: Ctx) {
+        let mut s = ctx.session(Language::Python).await;
+        let r = exec(
+            &mut s,
+            "import math\ndef sq(x):\n    return x * x\ndata = [1, 2, 3]",
+        )
+        .await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        let r = exec(
+            &mut s,
+            "result = {'sum': sum(map(sq, data)), 'e': round(math.e, 2)}",
+        )
+        .await;
+        assert_eq!(
+            r.result,
+            Some(serde_json::json!({"sum": 14, "e": 2.72})),
+            "{r:?}"
+        );
+        assert_eq!(r.exit_code, Some(0));
+        let r = exec(&mut s, "print(len(data))").await;
+        assert_eq!(r.stdout, "3\n");
+        assert_eq!(
+            r.result, None,
+            "result is reported only when the cell binds it"
+        );
+        s.kill().await;
+    }
+
+    pub async fn javascript_state_and_top_level_await(ctx: Ctx) {
+        let mut s = ctx.session(Language::Javascript).await;
+        let r = exec(
+            &mut s,
+            "let n = 20; const double = (x) => x * 2; function inc(x) { return x + 1 }",
+        )
+        .await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        let r = exec(&mut s, "const v = await new Promise(r => setTimeout(() => r(double(n)), 10)); let result = inc(v);").await;
+        assert_eq!(r.result, Some(serde_json::json!(41)), "{r:?}");
+        let r = exec(&mut s, "console.log(v + 1); console.error('err')").await;
+        assert_eq!(r.stdout, "41\n", "{r:?}");
+        assert_eq!(r.stderr, "err\n", "{r:?}");
+        s.kill().await;
+    }
+
+    pub async fn bash_state_persists(ctx: Ctx) {
+        let mut s = ctx.session(Language::Bash).await;
+        let r = exec(
+            &mut s,
+            "greet() { echo \"hi $1\"; }\nX=41\nmkdir -p sub && cd sub",
+        )
+        .await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        let r = exec(&mut s, "greet $((X+1)); basename \"$PWD\"").await;
+        assert_eq!(r.stdout, "hi 42\nsub\n", "{r:?}");
+        let r = exec(&mut s, "false").await;
+        assert_eq!((r.status, r.exit_code), (Status::Error, Some(1)), "{r:?}");
+        s.kill().await;
+    }
+
+    pub async fn exceptions_are_structured(ctx: Ctx) {
+        let r = ctx
+            .run(Language::Python, "def f():\n    return 1 / 0\nf()")
+            .await;
+        assert_eq!(r.status, Status::Error);
+        let ex = r.exception.expect("exception");
+        assert_eq!(ex.kind, "ZeroDivisionError");
+        assert!(ex.message.contains("division by zero"));
+        assert!(ex.traceback.contains("line 2"), "{}", ex.traceback);
+        let r = ctx.run(Language::Javascript, "null.x").await;
+        assert_eq!(r.exception.expect("exception").kind, "TypeError");
+        let r = ctx.run(Language::Python, "def broken(:").await;
+        assert_eq!(r.exception.expect("exception").kind, "SyntaxError");
+    }
+
+    pub async fn streams_are_separate_and_ordered(ctx: Ctx) {
+        let r = ctx
+            .run(
+                Language::Python,
+                "import sys\nfor i in range(3):\n    print(i)\n    print('e', i, file=sys.stderr)",
+            )
+            .await;
+        assert_eq!(r.stdout, "0\n1\n2\n");
+        assert_eq!(r.stderr, "e 0\ne 1\ne 2\n");
+        let r = ctx
+            .run(
+                Language::Bash,
+                "echo out; echo err >&2; printf 'no newline'",
+            )
+            .await;
+        assert_eq!(
+            (r.stdout.as_str(), r.stderr.as_str()),
+            ("out\nno newline", "err\n")
+        );
+    }
+
+    pub async fn input_data_becomes_variables(ctx: Ctx) {
+        for (lang, code) in [
+            (Language::Python, "result = [name, n + 1, cfg['k']]"),
+            (Language::Javascript, "result = [name, n + 1, cfg.k]"),
+            (Language::Bash, "echo \"$name $n $cfg\""),
+        ] {
+            let mut req = ExecRequest::new(lang, code);
+            req.input_data
+                .insert("name".into(), serde_json::json!("it's $(x)"));
+            req.input_data.insert("n".into(), serde_json::json!(41));
+            req.input_data
+                .insert("cfg".into(), serde_json::json!({"k": true}));
+            let r = ctx.request(req).await;
+            assert_eq!(r.status, Status::Ok, "{lang}: {r:?}");
+            match lang {
+                Language::Bash => assert_eq!(r.stdout, "it's $(x) 41 {\"k\":true}\n"),
+                _ => assert_eq!(
+                    r.result,
+                    Some(serde_json::json!(["it's $(x)", 42, true])),
+                    "{lang}"
+                ),
+            }
+        }
+    }
+
+    pub async fn timeout_interrupts_and_keeps_state(ctx: Ctx) {
+        for (lang, setup, busy, check) in [
+            (
+                Language::Python,
+                "kept = 7",
+                "while True: pass",
+                "result = kept",
+            ),
+            (
+                Language::Javascript,
+                "var kept = 7",
+                "while (true) {}",
+                "result = kept",
+            ),
+            (
+                Language::Bash,
+                "kept=7",
+                "while :; do :; done",
+                "echo $kept",
+            ),
+            (Language::Bash, "kept=7", "sleep 30", "echo $kept"),
+            (
+                Language::Javascript,
+                "var kept = 7",
+                "await new Promise(() => {})",
+                "result = kept",
+            ),
+        ] {
+            let mut s = ctx.session(lang).await;
+            exec(&mut s, setup).await;
+            let r = exec_timeout(&mut s, busy, Duration::from_millis(400)).await;
+            assert_eq!(r.status, Status::Timeout, "{lang} {busy}: {r:?}");
+            assert!(
+                r.timed_out && !r.session_restarted,
+                "{lang} {busy}: the interrupt should keep the session: {r:?}"
+            );
+            let r = exec(&mut s, check).await;
+            assert!(!r.session_restarted);
+            assert!(
+                r.result == Some(serde_json::json!(7)) || r.stdout == "7\n",
+                "{lang}: state lost: {r:?}"
+            );
+            s.kill().await;
+        }
+    }
+
+    pub async fn unresponsive_cell_is_killed_and_session_restarts(ctx: Ctx) {
+        let mut s = ctx.session(Language::Python).await;
+        exec(&mut s, "kept = 1").await;
+        let r = exec_timeout(
+            &mut s,
+            "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True: pass",
+            Duration::from_millis(300),
+        )
+        .await;
+        assert_eq!(r.status, Status::Timeout, "{r:?}");
+        assert!(r.session_restarted, "{r:?}");
+        let r = exec(&mut s, "result = 'kept' in globals()").await;
+        assert_eq!(
+            r.result,
+            Some(serde_json::json!(false)),
+            "a restarted session starts fresh: {r:?}"
+        );
+        s.kill().await;
+    }
+
+    pub async fn crash_is_reported_and_session_restarts(ctx: Ctx) {
+        let mut s = ctx.session(Language::Python).await;
+        let r = exec(
+            &mut s,
+            "print('before', flush=True)\nimport os\nos._exit(3)",
+        )
+        .await;
+        assert_eq!((r.status, r.exit_code), (Status::Error, Some(3)), "{r:?}");
+        assert!(r.session_restarted);
+        assert_eq!(r.stdout, "before\n");
+        let r = exec(&mut s, "result = 2").await;
+        assert_eq!(r.result, Some(serde_json::json!(2)));
+        let r = exec(&mut s, "import sys\nsys.exit(4)").await;
+        assert_eq!(
+            (r.status, r.exit_code, r.session_restarted),
+            (Status::Error, Some(4), false),
+            "sys.exit ends the cell, not the session: {r:?}"
+        );
+        s.kill().await;
+    }
+
+    pub async fn forged_markers_are_plain_output(ctx: Ctx) {
+        let fake = format!("\x1esandpit-end:{}\x1e", "0".repeat(32));
+        let code = format!(
+            "import os, json\nprint({fake:?})\nos.write(4, (json.dumps({{'id': 1, 'nonce': '{z}', 'status': 'ok', 'exit_code': 0, 'result': 'forged'}}) + '\\n').encode())\nprint('after')\nresult = 'real'",
+            z = "0".repeat(32)
+        );
+        let r = ctx.run(Language::Python, &code).await;
+        assert_eq!(r.result, Some(serde_json::json!("real")), "{r:?}");
+        assert!(
+            r.stdout.contains(&fake) && r.stdout.ends_with("after\n"),
+            "{r:?}"
+        );
+        let r = ctx
+            .run(
+                Language::Bash,
+                &format!(
+                    "printf '%s\\n' {}; echo after",
+                    sandpit::pipeline::wrapper::shell_quote(&fake)
+                ),
+            )
+            .await;
+        assert!(r.stdout.ends_with("after\n"), "{r:?}");
+    }
+
+    pub async fn stdin_reads_get_eof(ctx: Ctx) {
+        let r = ctx
+            .run(
+                Language::Python,
+                "try:\n    input()\n    result = 'read'\nexcept EOFError:\n    result = 'eof'",
+            )
+            .await;
+        assert_eq!(r.result, Some(serde_json::json!("eof")), "{r:?}");
+        let r = ctx
+            .run(
+                Language::Bash,
+                "if read -r line; then echo read; else echo eof; fi; cat; echo done",
+            )
+            .await;
+        assert_eq!(r.stdout, "eof\ndone\n", "{r:?}");
+        let r = ctx
+            .run(
+                Language::Javascript,
+                "result = require('fs').readFileSync(0).length",
+            )
+            .await;
+        assert_eq!(r.result, Some(serde_json::json!(0)), "{r:?}");
+    }
+
+    pub async fn output_flood_is_bounded(ctx: Ctx) {
+        let before = vm_hwm_kb();
+        let r = ctx.run(Language::Python, "import sys\nchunk = 'x' * 65535 + '\\n'\nfor _ in range(3000):\n    sys.stdout.write(chunk)\nprint('THE END')").await;
+        assert_eq!(r.status, Status::Ok, "{:?}", r.warnings);
+        assert!(r.truncated);
+        assert!(r.stdout.len() < 110_000, "{}", r.stdout.len());
+        assert!(r.stdout.ends_with("THE END\n"), "the tail is kept");
+        assert!(r.stdout.contains("bytes of output truncated"));
+        let grown = vm_hwm_kb().saturating_sub(before);
+        assert!(
+            grown < 64 * 1024,
+            "host memory grew by {grown} kB for a ~196 MB flood"
+        );
+    }
+
+    pub async fn invalid_utf8_is_replaced(ctx: Ctx) {
+        let r = ctx
+            .run(
+                Language::Python,
+                "import sys\nsys.stdout.buffer.write(b'a\\xff\\xfeb')\nsys.stdout.flush()",
+            )
+            .await;
+        assert_eq!(r.stdout, "a\u{fffd}\u{fffd}b");
+        serde_json::to_string(&r).unwrap();
+    }
+
+    pub async fn files_in_and_out(ctx: Ctx) {
+        let mut req = ExecRequest::new(
+            Language::Python,
+            "open('out/b.txt', 'w').write(open('in/a.txt').read().upper())",
+        );
+        req.files.push(sandpit::types::FileSpec {
+            path: "in/a.txt".into(),
+            content: "hello".into(),
+            encoding: Default::default(),
+        });
+        std::fs::create_dir_all("/tmp").ok();
+        req.code = format!("import os\nos.makedirs('out', exist_ok=True)\n{}", req.code);
+        req.output_files = vec!["out/b.txt".into(), "missing.txt".into(), "../escape".into()];
+        let r = ctx.request(req).await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        assert_eq!(r.files.len(), 1);
+        assert_eq!(r.files[0].content, "HELLO");
+        assert_eq!(
+            r.warnings
+                .iter()
+                .filter(|w| w.starts_with("output_files"))
+                .count(),
+            2,
+            "{:?}",
+            r.warnings
+        );
+    }
+
+    pub async fn environment_is_clean(ctx: Ctx) {
+        std::env::set_var("SANDPIT_TEST_HOST_SECRET", "host-secret-value");
+        let r = ctx.run(Language::Python, "import os\nresult = {k: v for k, v in os.environ.items()}\nresult['cwd'] = os.getcwd()").await;
+        let env = r.result.expect("env");
+        let keys: Vec<&str> = env
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(|k| k.as_str())
+            .collect();
+        for k in &keys {
+            assert!(
+                ["PATH", "HOME", "TMPDIR", "LANG", "TERM", "cwd", "LC_CTYPE"].contains(k)
+                    || k.starts_with("SANDPIT_"),
+                "unexpected variable {k} in {keys:?}"
+            );
+        }
+        assert!(!env.to_string().contains("host-secret-value"));
+        assert_eq!(env["cwd"], env["SANDPIT_WORKSPACE"]);
+        let r = ctx
+            .run(
+                Language::Bash,
+                "touch \"$HOME/h\" \"$TMPDIR/t\" \"$SANDPIT_WORKSPACE/w\" && echo writable",
+            )
+            .await;
+        assert_eq!(r.stdout, "writable\n", "{r:?}");
+    }
+}
+
+mod containment {
+    use super::*;
+    use std::io::Read;
+
+    pub async fn host_files_are_unreadable(ctx: Ctx) {
+        let dir = tempfile::Builder::new()
+            .prefix("sandpit-canary")
+            .tempdir_in("/tmp")
+            .unwrap();
+        let canary = dir.path().join("secret.txt");
+        std::fs::write(&canary, "CANARY-7f3a").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&canary, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let state = ctx.policy.state_dir();
+        let code = format!(
+            "import os\nout = []\nfor p in [{c:?}, '/etc/shadow', '/root/.bashrc', '/etc/sandpit/sandpit.toml', {s:?}]:\n    try:\n        out.append(open(p).read()[:40])\n    except OSError as e:\n        out.append(type(e).__name__)\nfor d in ['/home', '/root', {s:?}, {d:?}]:\n    try:\n        out.append(os.listdir(d))\n    except OSError as e:\n        out.append(type(e).__name__)\nresult = out",
+            c = canary.display().to_string(),
+            s = state.join("sessions").display().to_string(),
+            d = dir.path().display().to_string(),
+        );
+        let r = ctx.run(Language::Python, &code).await;
+        let text = serde_json::to_string(&r).unwrap();
+        assert!(!text.contains("CANARY-7f3a"), "the canary leaked: {text}");
+        assert!(!text.contains("root:"), "shadow leaked: {text}");
+        let out = r.result.expect("result");
+        for v in out.as_array().unwrap() {
+            assert!(
+                v.is_string() && v.as_str().unwrap().ends_with("Error")
+                    || v.as_array().is_some_and(|a| a.is_empty()),
+                "readable: {v} in {out}"
+            );
+        }
+        let r = ctx
+            .run(
+                Language::Bash,
+                &format!(
+                    "cat {} 2>&1; ls /home /root 2>&1 | head -3",
+                    canary.display()
+                ),
+            )
+            .await;
+        assert!(!r.stdout.contains("CANARY-7f3a"), "{r:?}");
+    }
+
+    pub async fn writes_outside_the_workspace_are_refused(ctx: Ctx) {
+        let dir = tempfile::Builder::new()
+            .prefix("sandpit-canary")
+            .tempdir_in("/tmp")
+            .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let target = dir.path().join("pwned");
+        let code = format!(
+            "for p in [{t:?}, '/etc/pwned', '/usr/pwned', '/var/tmp/pwned-sandpit', '/pwned']:\n    try:\n        open(p, 'w').write('x')\n    except OSError:\n        pass",
+            t = target.display().to_string()
+        );
+        let r = ctx.run(Language::Python, &code).await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        let r = ctx
+            .run(
+                Language::Bash,
+                &format!(
+                    "echo x > {} ; echo x > /var/tmp/pwned-sandpit; true",
+                    target.display()
+                ),
+            )
+            .await;
+        assert_eq!(r.status, Status::Ok);
+        assert!(!target.exists(), "the sandbox wrote into a host directory");
+        assert!(!std::path::Path::new("/var/tmp/pwned-sandpit").exists());
+        assert!(!std::path::Path::new("/etc/pwned").exists());
+    }
+
+    pub async fn no_network_by_any_route(ctx: Ctx) {
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        tcp.set_nonblocking(true).unwrap();
+        let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        udp.set_nonblocking(true).unwrap();
+        let (tp, up) = (
+            tcp.local_addr().unwrap().port(),
+            udp.local_addr().unwrap().port(),
+        );
+        let py = format!(
+            "import socket\nout = []\nfor fam, addr in [(socket.AF_INET, ('127.0.0.1', {tp})), (socket.AF_INET6, ('::1', {tp}))]:\n    try:\n        s = socket.socket(fam, socket.SOCK_STREAM); s.settimeout(1); s.connect(addr); out.append('connected')\n    except OSError as e:\n        out.append(e.errno)\ntry:\n    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.sendto(b'x', ('127.0.0.1', {up})); out.append('sent')\nexcept OSError as e:\n    out.append(e.errno)\ntry:\n    socket.socket(socket.AF_PACKET, socket.SOCK_RAW); out.append('raw')\nexcept OSError as e:\n    out.append(e.errno)\nresult = out"
+        );
+        let r = ctx.run(Language::Python, &py).await;
+        let out = r.result.expect("result").to_string();
+        assert!(
+            !out.contains("connected") && !out.contains("sent") && !out.contains("raw"),
+            "{out}"
+        );
+        let js = format!(
+            "const net = require('net'); result = await new Promise(res => {{ const s = net.connect({tp}, '127.0.0.1', () => res('connected')); s.on('error', e => res(e.code)); }});"
+        );
+        let r = ctx.run(Language::Javascript, &js).await;
+        assert_ne!(r.result, Some(serde_json::json!("connected")), "{r:?}");
+        let r = ctx.run(Language::Bash, &format!("echo hi > /dev/tcp/127.0.0.1/{tp} && echo connected; echo x > /dev/udp/127.0.0.1/{up} && echo sent; true")).await;
+        assert!(
+            !r.stdout.contains("connected") && !r.stdout.contains("sent"),
+            "{r:?}"
+        );
+        // The oracles: nothing reached the host.
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(
+            tcp.accept().is_err(),
+            "a TCP connection reached the host listener"
+        );
+        let mut buf = [0u8; 16];
+        assert!(
+            udp.recv_from(&mut buf).is_err(),
+            "a datagram reached the host"
+        );
+    }
+
+    pub async fn host_processes_are_invisible_and_unsignalable(ctx: Ctx) {
+        let mut canary = std::process::Command::new("sleep")
+            .arg("3141")
+            .spawn()
+            .unwrap();
+        let pid = canary.id();
+        let code = format!(
+            "import os, signal\npids = [p for p in os.listdir('/proc') if p.isdigit()]\ntry:\n    os.kill({pid}, signal.SIGKILL); k = 'sent'\nexcept OSError as e:\n    k = e.errno\ntry:\n    os.kill(-1, signal.SIGKILL)\nexcept OSError:\n    pass\nresult = [len(pids), k]"
+        );
+        let r = ctx.run(Language::Python, &code).await;
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(
+            canary.try_wait().unwrap().is_none(),
+            "the sandbox killed a host process"
+        );
+        canary.kill().ok();
+        canary.wait().ok();
+        // kill(-1) may end the sandbox's own processes, so r may be a killed result.
+        if let Some(v) = r.result {
+            assert!(
+                v[0].as_u64().unwrap() <= 5,
+                "the sandbox sees {} processes",
+                v[0]
+            );
+            assert_ne!(v[1], "sent");
+        }
+    }
+
+    pub async fn no_privileges(ctx: Ctx) {
+        let r = ctx
+            .run(
+                Language::Bash,
+                "grep -E '^(CapEff|CapPrm|NoNewPrivs|Seccomp):' /proc/self/status; id -u",
+            )
+            .await;
+        assert!(
+            r.stdout.contains("CapEff:\t0000000000000000"),
+            "{}",
+            r.stdout
+        );
+        assert!(
+            r.stdout.contains("CapPrm:\t0000000000000000"),
+            "{}",
+            r.stdout
+        );
+        assert!(r.stdout.contains("NoNewPrivs:\t1"), "{}", r.stdout);
+        assert!(r.stdout.contains("Seccomp:\t2"), "{}", r.stdout);
+        let uid: u32 = r.stdout.lines().last().unwrap().trim().parse().unwrap();
+        assert_ne!(uid, 0, "runs as root");
+    }
+
+    pub async fn dangerous_syscalls_are_refused(ctx: Ctx) {
+        // Syscall numbers per architecture: name -> (nr, args).
+        let table = if cfg!(target_arch = "x86_64") {
+            "{'mount': (165, [0, 0, 0, 0, 0]), 'umount2': (166, [0, 0]), 'unshare_user': (272, [0x10000000]), 'unshare_net': (272, [0x40000000]), 'setns': (308, [0, 0]), 'ptrace': (101, [16, 1, 0, 0]), 'bpf': (321, [0, 0, 0]), 'keyctl': (250, [0, 0, 0, 0]), 'add_key': (248, [0, 0, 0, 0, 0]), 'userfaultfd': (323, [0]), 'perf_event_open': (298, [0, 0, 0, 0, 0]), 'io_uring_setup': (425, [1, 0]), 'kexec_load': (246, [0, 0, 0, 0]), 'init_module': (175, [0, 0, 0]), 'open_by_handle_at': (304, [0, 0, 0]), 'clone_newuser': (56, [0x10000000 | 17, 0, 0, 0, 0]), 'x32_getpid': (0x40000000 | 39, []), 'iopl': (172, [3]), 'modify_ldt': (154, [0, 0, 0]), 'personality': (135, [0x0400000])}"
+        } else {
+            "{'mount': (40, [0, 0, 0, 0, 0]), 'umount2': (39, [0, 0]), 'unshare_user': (97, [0x10000000]), 'unshare_net': (97, [0x40000000]), 'setns': (268, [0, 0]), 'ptrace': (117, [16, 1, 0, 0]), 'bpf': (280, [0, 0, 0]), 'keyctl': (219, [0, 0, 0, 0]), 'add_key': (217, [0, 0, 0, 0, 0]), 'userfaultfd': (282, [0]), 'perf_event_open': (241, [0, 0, 0, 0, 0]), 'io_uring_setup': (425, [1, 0]), 'kexec_load': (104, [0, 0, 0, 0]), 'init_module': (105, [0, 0, 0]), 'open_by_handle_at': (265, [0, 0, 0]), 'clone_newuser': (220, [0x10000000 | 17, 0, 0, 0, 0]), 'personality': (92, [0x0400000])}"
+        };
+        let code = format!(
+            "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nout = {{}}\nfor name, (nr, args) in {table}.items():\n    ctypes.set_errno(0)\n    rc = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in args])\n    out[name] = (rc, ctypes.get_errno())\nresult = out"
+        );
+        let r = ctx.run(Language::Python, &code).await;
+        let out = r
+            .result
+            .clone()
+            .unwrap_or_else(|| panic!("no result: {r:?}"));
+        for (name, v) in out.as_object().unwrap() {
+            assert_eq!(v[0], -1, "{name} succeeded: {v}");
+            assert_eq!(
+                v[1],
+                libc::EPERM,
+                "{name} failed with errno {} rather than EPERM (seccomp)",
+                v[1]
+            );
+        }
+        let r = ctx.run(Language::Python, "import fcntl, termios\ntry:\n    fcntl.ioctl(0, termios.TIOCSTI, b'x')\n    result = 'injected'\nexcept OSError as e:\n    result = e.errno").await;
+        assert_eq!(
+            r.result,
+            Some(serde_json::json!(libc::EPERM)),
+            "TIOCSTI: {r:?}"
+        );
+        let r = ctx.run(Language::Python, "import socket\ntry:\n    socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)\n    result = 'netlink'\nexcept OSError as e:\n    result = e.errno").await;
+        assert_ne!(r.result, Some(serde_json::json!("netlink")));
+    }
+
+    pub async fn foreign_abi_syscalls_kill_the_process(ctx: Ctx) {
+        if !cfg!(target_arch = "x86_64") {
+            eprintln!("SKIPPED: the i386 ABI exists only on x86-64");
+            return;
+        }
+        // mov eax, 20 (i386 getpid); int 0x80; ret: an i386 syscall from a 64-bit process.
+        let code = "import mmap, ctypes\nm = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\nm.write(bytes([0xb8, 20, 0, 0, 0, 0xcd, 0x80, 0xc3]))\naddr = ctypes.addressof(ctypes.c_char.from_buffer(m))\nresult = ctypes.CFUNCTYPE(ctypes.c_int)(addr)()";
+        let r = ctx.run(Language::Python, code).await;
+        assert!(
+            r.result.is_none(),
+            "an i386 syscall returned {:?}",
+            r.result
+        );
+        assert!(
+            r.session_restarted && matches!(r.status, Status::Killed | Status::Error),
+            "{r:?}"
+        );
+    }
+
+    pub async fn fork_bomb_is_bounded(ctx: Ctx) {
+        let r = ctx.run(Language::Bash, "b() { b | b & }; b").await;
+        assert!(matches!(
+            r.status,
+            Status::Ok | Status::Error | Status::Timeout | Status::Killed
+        ));
+        let r = ctx.run(Language::Python, "import os\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n            import time; time.sleep(5); os._exit(0)\n        n += 1\nexcept OSError:\n    pass\nresult = n").await;
+        let n = r.result.and_then(|v| v.as_u64()).unwrap_or(0);
+        assert!(
+            n < 200,
+            "forked {n} processes past a limit of {}",
+            ctx.policy.limits.pids
+        );
+        // The host is still healthy: a new session works.
+        let r = ctx.run(Language::Python, "result = 1").await;
+        assert_eq!(r.result, Some(serde_json::json!(1)));
+    }
+
+    pub async fn memory_bomb_is_bounded(ctx: Ctx) {
+        let r = ctx
+            .run(
+                Language::Python,
+                "blocks = []\nwhile True:\n    blocks.append(bytearray(16 * 1024 * 1024))",
+            )
+            .await;
+        assert!(
+            matches!(r.status, Status::Error | Status::Killed),
+            "{:?} {:?}",
+            r.status,
+            r.exception
+        );
+        if r.status == Status::Error {
+            assert_eq!(r.exception.map(|e| e.kind), Some("MemoryError".into()));
+        }
+        let r = ctx
+            .run(
+                Language::Javascript,
+                "const a = []; while (true) a.push(Buffer.alloc(16 * 1024 * 1024, 1))",
+            )
+            .await;
+        assert!(matches!(r.status, Status::Error | Status::Killed), "{r:?}");
+    }
+
+    pub async fn daemons_die_with_the_session(ctx: Ctx) {
+        let mut s = ctx.session(Language::Bash).await;
+        let r = exec(&mut s, "setsid sleep 27181 >/dev/null 2>&1 < /dev/null & disown; nohup sleep 27182 >/dev/null 2>&1 & disown; (sleep 27183 &) ; echo started").await;
+        assert_eq!(r.stdout, "started\n", "{r:?}");
+        std::thread::sleep(Duration::from_millis(200));
+        s.kill().await;
+        drop(s);
+        let mut left = true;
+        for _ in 0..50 {
+            left = ["sleep 27181", "sleep 27182", "sleep 27183"]
+                .iter()
+                .any(|n| host_process_with(n));
+            if !left {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(!left, "a daemon outlived its session");
+    }
+
+    pub async fn sessions_cannot_see_each_other(ctx: Ctx) {
+        let mut a = ctx.session(Language::Bash).await;
+        let mut b = ctx.session(Language::Bash).await;
+        exec(&mut a, "echo SESSION-A-SECRET > secret.txt").await;
+        let wa = a.host_workspace().unwrap();
+        let r = exec(
+            &mut b,
+            &format!(
+                "cat {}/secret.txt 2>&1; ls .. 2>&1; find / -name secret.txt 2>/dev/null | head",
+                wa.display()
+            ),
+        )
+        .await;
+        assert!(!r.stdout.contains("SESSION-A-SECRET"), "{r:?}");
+        let mut f = String::new();
+        std::fs::File::open(wa.join("secret.txt"))
+            .unwrap()
+            .read_to_string(&mut f)
+            .unwrap();
+        assert_eq!(f, "SESSION-A-SECRET\n");
+        a.kill().await;
+        b.kill().await;
+    }
+
+    pub async fn terminal_escapes_do_not_break_the_protocol(ctx: Ctx) {
+        // Control bytes, a fake prompt, ^D and ^C bytes on stdout: just output.
+        let r = ctx.run(Language::Python, "import sys\nsys.stdout.write('\\x04\\x03\\x1b]0;title\\x07\\x1b[2J>>> \\r\\n')\nresult = 'ok'").await;
+        assert_eq!(r.result, Some(serde_json::json!("ok")), "{r:?}");
+        assert!(r.stdout.contains("\x1b[2J"));
+    }
+}
+
+matrix!(functional; [linux, unsandboxed];
+    python_state_persists,
+    javascript_state_and_top_level_await,
+    bash_state_persists,
+    exceptions_are_structured,
+    streams_are_separate_and_ordered,
+    input_data_becomes_variables,
+    timeout_interrupts_and_keeps_state,
+    unresponsive_cell_is_killed_and_session_restarts,
+    crash_is_reported_and_session_restarts,
+    forged_markers_are_plain_output,
+    stdin_reads_get_eof,
+    output_flood_is_bounded,
+    invalid_utf8_is_replaced,
+    files_in_and_out,
+    environment_is_clean,
+);
+
+matrix!(containment; [linux];
+    host_files_are_unreadable,
+    writes_outside_the_workspace_are_refused,
+    no_network_by_any_route,
+    host_processes_are_invisible_and_unsignalable,
+    no_privileges,
+    dangerous_syscalls_are_refused,
+    foreign_abi_syscalls_kill_the_process,
+    fork_bomb_is_bounded,
+    memory_bomb_is_bounded,
+    daemons_die_with_the_session,
+    sessions_cannot_see_each_other,
+    terminal_escapes_do_not_break_the_protocol,
+);
+
+fn vm_hwm_kb() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|n| n.parse().ok())
+        })
+        .unwrap_or(0)
+}

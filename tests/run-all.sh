@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh machine: installs what it needs, checks formatting and
+# lints, runs the unit tests, then the conformance suite against every available backend
+# (as root inside a throwaway PID namespace, and again as an unprivileged user).
+# Usage: bash tests/run-all.sh        (CI runs exactly this through .ci/run)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf '\n==> %s\n' "$*"; }
+is_root() { [ "$(id -u)" = 0 ]; }
+
+# --- 1. What the suite needs -------------------------------------------------------------
+need=()
+[ -x /usr/bin/python3 ] || need+=(python3)
+[ -x /usr/bin/node ] || need+=(nodejs)
+[ -x /bin/bash ] || need+=(bash)
+command -v unshare >/dev/null && command -v runuser >/dev/null || need+=(util-linux)
+if [ ${#need[@]} -gt 0 ]; then
+  if is_root; then
+    say "installing ${need[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  else
+    echo "missing: ${need[*]} (run this script as root once, or install them)" >&2
+    exit 1
+  fi
+fi
+command -v cargo >/dev/null || { echo "cargo is required (https://rustup.rs)" >&2; exit 1; }
+rustup component list --installed 2>/dev/null | grep -q rustfmt || rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+# --- 2. Format and lints ---------------------------------------------------------------------
+say "cargo fmt --check"
+cargo fmt --check
+say "cargo clippy --all-targets -- -D warnings"
+cargo clippy --quiet --all-targets -- -D warnings
+
+# --- 3. Build, unit tests, non-conformance integration tests --------------------------------
+say "build"
+cargo build --quiet --all-targets
+say "unit tests and CLI tests"
+cargo test --quiet --lib --bins
+for t in tests/*.rs; do
+  name=$(basename "$t" .rs)
+  [ "$name" = conformance ] && continue
+  cargo test --quiet --test "$name"
+done
+
+# --- 4. The conformance suite ----------------------------------------------------------------
+conformance=$(cargo test --no-run --message-format=json --test conformance 2>/dev/null \
+  | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
+[ -x "$conformance" ] || { echo "could not build the conformance suite" >&2; exit 1; }
+bindir=$(mktemp -d /tmp/sandpit-test-bin.XXXXXX)
+trap 'rm -rf "$bindir"' EXIT
+cp target/debug/sandpit "$conformance" "$bindir/"
+chmod 755 "$bindir" "$bindir"/*
+export SANDPIT_HELPER="$bindir/sandpit"
+suite="$bindir/$(basename "$conformance")"
+
+if is_root; then
+  say "conformance suite as root, inside a throwaway PID namespace"
+  # A fail-open sandbox running kill(-1) can then only hit this namespace.
+  unshare --pid --fork --mount-proc env SANDPIT_HELPER="$SANDPIT_HELPER" "$suite" --test-threads=2
+  say "conformance suite as an unprivileged user (nobody)"
+  runuser -u nobody -- env SANDPIT_HELPER="$SANDPIT_HELPER" CI="${CI:-}" HOME=/tmp "$suite" --test-threads=2
+else
+  say "conformance suite as $(id -un) (unprivileged)"
+  "$suite" --test-threads=2
+fi
+say "all tests passed"
