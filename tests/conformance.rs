@@ -223,27 +223,18 @@ mod functional {
     }
 
     pub async fn forged_markers_are_plain_output(ctx: Ctx) {
-        let fake = format!("\x1esandpit-end:{}\x1e", "0".repeat(32));
+        // A marker with a guessed nonce on stdout, and a forged response written straight to
+        // the response channel: neither ends the cell or replaces its result.
+        let zeros = "0".repeat(32);
         let code = format!(
-            "import os, json\nprint({fake:?})\nos.write(4, (json.dumps({{'id': 1, 'nonce': '{z}', 'status': 'ok', 'exit_code': 0, 'result': 'forged'}}) + '\\n').encode())\nprint('after')\nresult = 'real'",
-            z = "0".repeat(32)
+            "import os, json\nfake = chr(0x1e) + 'sandpit-end:{zeros}' + chr(0x1e)\nprint(fake)\nos.write(4, (json.dumps({{'id': 1, 'nonce': '{zeros}', 'status': 'ok', 'exit_code': 0, 'result': 'forged'}}) + '\\n').encode())\nprint('after')\nresult = 'real'"
         );
         let r = ctx.run(Language::Python, &code).await;
         assert_eq!(r.result, Some(serde_json::json!("real")), "{r:?}");
-        assert!(
-            r.stdout.contains(&fake) && r.stdout.ends_with("after\n"),
-            "{r:?}"
-        );
-        let r = ctx
-            .run(
-                Language::Bash,
-                &format!(
-                    "printf '%s\\n' {}; echo after",
-                    sandpit::pipeline::wrapper::shell_quote(&fake)
-                ),
-            )
-            .await;
-        assert!(r.stdout.ends_with("after\n"), "{r:?}");
+        let fake = format!("\x1esandpit-end:{zeros}\x1e");
+        assert!(r.stdout.contains(&fake) && r.stdout.ends_with("after\n"), "{r:?}");
+        let r = ctx.run(Language::Bash, &format!("printf '\\036sandpit-end:{zeros}\\036\\n'; echo after")).await;
+        assert!(r.stdout.contains(&fake) && r.stdout.ends_with("after\n"), "{r:?}");
     }
 
     pub async fn stdin_reads_get_eof(ctx: Ctx) {
@@ -380,11 +371,9 @@ mod containment {
         assert!(!text.contains("root:"), "shadow leaked: {text}");
         let out = r.result.expect("result");
         for v in out.as_array().unwrap() {
-            assert!(
-                v.is_string() && v.as_str().unwrap().ends_with("Error")
-                    || v.as_array().is_some_and(|a| a.is_empty()),
-                "readable: {v} in {out}"
-            );
+            // Either an error, or a listing of the sandbox's own directories (its $HOME).
+            let own = v.as_array().is_some_and(|a| a.iter().all(|e| e == "sandbox"));
+            assert!(v.as_str().is_some_and(|s| s.ends_with("Error")) || own, "readable: {v} in {out}");
         }
         let r = ctx
             .run(

@@ -1,0 +1,234 @@
+# sandpit Python driver: a persistent REPL behind a framed protocol.
+#
+# Started by the host as:  python3 -I -c "<this file>"
+#
+# Channels
+#   fd 0/1  the session terminal (PTY slave: stdin, stdout); fd 2  a separate stderr pipe
+#   fd 3    requests, host -> driver      fd 4  responses, driver -> host
+#
+# Protocol
+#   1. On start the driver writes one line on fd 4:
+#        {"ready":true,"language":"python","version":"3.x.y","pid":N}
+#   2. Each request on fd 3 is an ASCII header line
+#        ID NONCE INTERACTIVE PRELUDE_LEN CODE_LEN\n
+#      (NONCE: 32 lowercase hex; INTERACTIVE: 0|1; lengths in bytes) followed by exactly
+#      PRELUDE_LEN bytes of prelude (a JSON object, or empty: each key becomes a global) and
+#      CODE_LEN bytes of UTF-8 code.
+#   3. The code runs in one persistent namespace (the module registered as __main__).  When
+#      it ends (normally, by an exception, by sys.exit or by an interrupt) the driver flushes
+#      sys.stdout/sys.stderr and sys.__stdout__/sys.__stderr__, writes the end marker
+#      b"\x1esandpit-end:" + NONCE + b"\x1e" with os.write to fd 1 and to fd 2, then one line
+#      on fd 4:
+#        {"id":ID,"nonce":"NONCE","status":"ok"|"error"|"interrupted","exit_code":N,
+#         "result":JSON|null,"exception":null|{"type","message","traceback"},"warnings":[...]}
+#   4. EOF on fd 3: exit 0.
+#
+# Semantics
+#   - result: the value of the global `result` if the cell bound it (it did not exist before,
+#     it is another object than before, or the cell's top level assigns to it); a value JSON
+#     cannot encode is returned as its repr() with a warning.
+#   - INTERACTIVE 0: fd 0 is /dev/null and sys.stdin reads it, so reads get EOF at once.
+#     INTERACTIVE 1: fd 0 is the terminal.
+#   - SIGINT (the host signals the whole process group) raises KeyboardInterrupt in the cell
+#     (status "interrupted", exit_code 130); between cells SIGINT is ignored.
+#   - sys.exit(n) ends the cell with exit_code n (status "ok" for 0), not the session.
+#   - Cells may use top-level `await` (run on one persistent asyncio event loop).
+#   - Tracebacks name cells "<cell-ID>"; the source is kept in linecache, so tracebacks and
+#     inspect.getsource() show the lines of any earlier cell.
+#
+# Everything lives inside _driver() so that user code sees none of the driver's names.
+
+
+def _driver():
+    import os
+    import sys
+    import json
+    import signal
+    import linecache
+    import types
+
+    write = os.write
+    dumps = json.dumps
+    loads = json.loads
+    sigint = signal.SIGINT
+    set_signal = signal.signal
+    SIG_IGN = signal.SIG_IGN
+    MISSING = object()
+    CO_COROUTINE = 0x80  # inspect.CO_COROUTINE
+    TOP_LEVEL_AWAIT = getattr(__import__("ast"), "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0)
+
+    # The request/response pipes are inherited from the host: keep them out of anything the
+    # code spawns (os.system, os.exec*, subprocess with close_fds=False).
+    for fd in (3, 4):
+        os.set_inheritable(fd, False)
+    requests = open(3, "rb", buffering=1 << 16)
+
+    def write_all(fd, data):
+        while data:
+            data = data[write(fd, data):]
+
+    # The namespace cells run in, registered as __main__ so pickle and friends find the
+    # classes and functions cells define.
+    main = types.ModuleType("__main__")
+    sys.modules["__main__"] = main
+    g = main.__dict__
+
+    # stdin for non-interactive cells: /dev/null on fd 0 and a sys.stdin that reads it.
+    devnull_fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    tty_fd = os.dup(0)  # the terminal, to put back on fd 0 for interactive cells
+    null_stdin = open(os.devnull, "r", encoding="utf-8")
+    fd0_is_null = False
+
+    # SIGINT: ignored while the driver itself runs; while a cell runs, whatever handler the
+    # cells last installed (initially Python's default, which raises KeyboardInterrupt).
+    set_signal(sigint, SIG_IGN)
+    cell_handler = signal.default_int_handler
+
+    loop = None  # the asyncio event loop for cells with top-level await, made on first use
+    tb_module = None
+
+    def format_exception(e, tb):
+        nonlocal tb_module
+        if tb_module is None:
+            import traceback as tb_module
+        return "".join(tb_module.format_exception(type(e), e, tb))
+
+    def describe(e):
+        """The {type, message, traceback} of an exception, without the driver's frames."""
+        tb = e.__traceback__
+        # The driver runs as "<string>" (python -c); its frames are the outermost ones.
+        while tb is not None and tb.tb_frame.f_code.co_filename == "<string>":
+            tb = tb.tb_next
+        try:
+            message = str(e)
+        except BaseException:
+            message = "<exception str() failed>"
+        try:
+            text = format_exception(e, tb)
+        except BaseException:
+            text = "%s: %s\n" % (type(e).__name__, message)
+        return {"type": type(e).__name__, "message": message, "traceback": text}
+
+    def assigns_result(co):
+        """Whether the cell's top level stores to the name `result`."""
+        if "result" not in co.co_names:
+            return False
+        import dis
+        return any(
+            i.opname in ("STORE_NAME", "STORE_GLOBAL") and i.argval == "result"
+            for i in dis.get_instructions(co)
+        )
+
+    def flush_streams():
+        for f in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+            try:
+                f.flush()
+            except BaseException:
+                pass
+
+    def run_cell(cid, nonce, interactive, prelude, code):
+        nonlocal cell_handler, fd0_is_null, loop
+        status, exit_code, exception, warnings = "ok", 0, None, []
+        before = g.get("result", MISSING)
+        co = None
+        saved_stdin = sys.stdin
+        if not interactive:
+            if not fd0_is_null:
+                os.dup2(devnull_fd, 0)
+                fd0_is_null = True
+            sys.stdin = null_stdin
+        elif fd0_is_null:
+            os.dup2(tty_fd, 0)
+            fd0_is_null = False
+        try:
+            try:
+                set_signal(sigint, cell_handler)
+                if prelude:
+                    g.update(loads(prelude))
+                    before = g.get("result", MISSING)
+                name = "<cell-%d>" % cid
+                linecache.cache[name] = (len(code), None, code.splitlines(True), name)
+                co = compile(code, name, "exec", TOP_LEVEL_AWAIT, True)
+                if co.co_flags & CO_COROUTINE:
+                    # Top-level await: the code object evaluates to a coroutine.
+                    if loop is None:
+                        import asyncio
+                        loop = asyncio.new_event_loop()
+                    loop.run_until_complete(eval(co, g))
+                else:
+                    exec(co, g)
+            finally:
+                # Back to ignoring SIGINT, keeping the cell's handler for the next cell. An
+                # interrupt landing right here ends the cell anyway: retry until it sticks.
+                while True:
+                    try:
+                        cell_handler = set_signal(sigint, SIG_IGN)
+                        break
+                    except KeyboardInterrupt:
+                        pass
+        except KeyboardInterrupt as e:
+            status, exit_code, exception = "interrupted", 130, describe(e)
+        except SystemExit as e:
+            code_ = e.code
+            if code_ is None:
+                exit_code = 0
+            elif isinstance(code_, int):
+                exit_code = code_
+            else:  # like the interpreter: print the object, exit status 1
+                try:
+                    print(code_, file=sys.stderr)
+                except BaseException:
+                    pass
+                exit_code = 1
+            if exit_code != 0:
+                status, exception = "error", describe(e)
+        except BaseException as e:
+            status, exit_code, exception = "error", 1, describe(e)
+        finally:
+            if sys.stdin is null_stdin:
+                sys.stdin = saved_stdin
+
+        result = "null"
+        after = g.get("result", MISSING)
+        if after is not MISSING and (after is not before or (co is not None and assigns_result(co))):
+            try:
+                result = dumps(after, allow_nan=False)
+            except BaseException:
+                try:
+                    result = dumps(repr(after))
+                except BaseException:
+                    result = dumps("<%s object>" % type(after).__name__)
+                warnings.append("result is not JSON-serialisable; returned its repr")
+
+        flush_streams()
+        marker = b"\x1esandpit-end:" + nonce + b"\x1e"
+        for fd in (1, 2):
+            try:
+                write_all(fd, marker)
+            except OSError:
+                pass  # the code closed it; the host gives up waiting for this marker
+        response = '{"id":%d,"nonce":"%s","status":"%s","exit_code":%d,"result":%s,"exception":%s,"warnings":%s}\n' % (
+            cid, nonce.decode(), status, exit_code, result, dumps(exception), dumps(warnings))
+        write_all(4, response.encode())
+
+    write_all(4, (dumps({"ready": True, "language": "python", "version": sys.version.split()[0],
+                         "pid": os.getpid()}) + "\n").encode())
+
+    while True:
+        header = requests.readline()
+        if not header:
+            break
+        try:
+            cid, nonce, interactive, plen, clen = header.split()
+            cid, plen, clen = int(cid), int(plen), int(clen)
+        except ValueError:
+            os.write(2, b"sandpit driver: bad request header: %r\n" % header[:200])
+            os._exit(2)
+        body = requests.read(plen + clen)
+        if len(body) != plen + clen:
+            break
+        run_cell(cid, nonce, interactive == b"1", body[:plen].decode("utf-8"), body[plen:].decode("utf-8"))
+    os._exit(0)
+
+
+_driver()

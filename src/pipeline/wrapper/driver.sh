@@ -1,0 +1,125 @@
+# sandpit bash driver: a persistent shell behind a framed protocol.
+#
+# Started by the host as:  bash --noprofile --norc -c "<this file>"
+#
+# Channels
+#   fd 0/1  the session terminal (PTY slave: stdin, stdout); fd 2  a separate stderr pipe
+#   fd 3    requests, host -> driver      fd 4  responses, driver -> host
+#
+# Protocol
+#   1. On start the driver writes one line on fd 4:
+#        {"ready":true,"language":"bash","version":"5.x.y","pid":N}
+#   2. Each request on fd 3 is an ASCII header line
+#        ID NONCE INTERACTIVE PRELUDE_LEN CODE_LEN\n
+#      (NONCE: 32 lowercase hex; INTERACTIVE: 0|1; lengths in bytes) followed by exactly
+#      PRELUDE_LEN bytes of prelude (`export NAME='value'` lines, evaluated in the shell
+#      before the code) and CODE_LEN bytes of code.
+#   3. The code runs in this shell, so variables, functions, options and the working
+#      directory persist.  When it ends the driver writes the end marker
+#      "\x1esandpit-end:NONCE\x1e" on fd 1 and on fd 2, then one line on fd 4:
+#        {"id":ID,"nonce":"NONCE","status":"ok"|"error"|"interrupted","exit_code":N,
+#         "result":null,"exception":null,"warnings":[]}
+#      status "error" when the cell's exit status ($?) is non-zero; "interrupted" (130)
+#      after SIGINT.
+#   4. EOF on fd 3: exit 0.
+#
+# How a cell runs
+#   - Inside the function __sp_cell, so that an interrupt can end it: the INT trap returns
+#     from the running function and a DEBUG trap returns from each caller in turn, up to and
+#     out of __sp_cell.  A loop inside a function the cell calls is aborted as well.
+#   - Cells run as if at the top level: variables the cell declares with declare/typeset/
+#     local (which inside a function would be local to it) are copied to the global scope
+#     when the cell ends (`local -p` in a RETURN trap, then sourced at the top level).
+#   - With fds 3 and 4 closed (user commands never see them), and for non-interactive
+#     cells with stdin from /dev/null, so reads get EOF at once.
+#   - `set -e`: a failing command ends the cell (exit status = the command's), not the
+#     session: an ERR trap (inherited into functions with set -E) unwinds like an interrupt.
+#     The option stays on for the next cell, like the other options (-u, -x, -v, pipefail).
+#   - `exit`, and an expansion error under `set -u`, end the shell as in any bash script;
+#     the host sees the interpreter exit and restarts the session.
+#   - Between cells SIGINT is ignored and the driver's own commands run with -e -u -x -v
+#     off; each cell gets the user's options back.
+#   - Bash strings cannot hold NUL bytes: a NUL in the code or prelude is dropped.
+
+__sp_unwind='[[ ${FUNCNAME-} ]] && builtin return $__sp_st'
+__sp_on_int='__sp_int=1 __sp_st=130; [[ $- == *e* ]] && { builtin set +e; __sp_eoff=1; }; builtin trap "$__sp_unwind" DEBUG; builtin return 130'
+__sp_on_err='__sp_st=$?; if [[ $- == *e* && $BASHPID == $$ ]]; then builtin set +e; __sp_eoff=1; [[ ${FUNCNAME-} ]] && { builtin trap "$__sp_unwind" DEBUG; builtin return $__sp_st; }; fi'
+__sp_on_return='[[ ${FUNCNAME-} == __sp_cell ]] && { builtin local -p 2>/dev/null >"$__sp_locals"; builtin trap - RETURN; }'
+__sp_locals="${TMPDIR:-/tmp}/.sandpit-bash-locals.$$"
+__sp_flags=   # the user's -e -u -x -v, put back for each cell
+
+# Reads exactly $1 bytes from fd 3 into __sp_buf. LC_ALL=C (local to the function) makes
+# read -n and ${#...} count bytes. read -d '' stops at a NUL byte, which bash cannot store:
+# it is consumed and counted, so the framing stays in step.
+__sp_read() {
+    local LC_ALL=C want=$1 chunk
+    __sp_buf=
+    while ((want > 0)); do
+        IFS= builtin read -r -d '' -n "$want" -u 3 chunk
+        case $?,$((${#chunk} == want)) in
+        *,1) want=0 ;;                       # the whole rest
+        0,0) ((want -= ${#chunk} + 1)) ;;    # stopped at a NUL
+        *) return 1 ;;                       # EOF
+        esac
+        __sp_buf+=$chunk
+    done
+}
+
+# The cell itself. Its locals are the cell's top-level declarations (see the RETURN trap).
+__sp_cell() {
+    builtin trap "$__sp_on_return" RETURN
+    builtin trap "$__sp_on_int" INT
+    builtin trap "$__sp_on_err" ERR
+    builtin set -E${__sp_flags}
+    builtin eval "$__sp_code"
+}
+
+builtin trap '' INT
+builtin set -E
+builtin printf '{"ready":true,"language":"bash","version":"%s","pid":%d}\n' "${BASH_VERSION%%[^0-9.]*}" "$$" >&4
+
+while :; do
+    IFS=' ' builtin read -r -u 3 __sp_id __sp_nonce __sp_inter __sp_plen __sp_clen || break
+    __sp_read "$__sp_plen" || break
+    __sp_prelude=$__sp_buf
+    __sp_read "$__sp_clen" || break
+    __sp_code=$__sp_buf
+    __sp_int=0 __sp_eoff=
+    if [[ -n $__sp_prelude ]]; then
+        builtin eval "$__sp_prelude" 3<&- 4>&-
+    fi
+    if [[ $__sp_inter == 1 ]]; then
+        __sp_cell 3<&- 4>&-
+    else
+        __sp_cell </dev/null 3<&- 4>&-
+    fi
+    # Back in the driver: record the cell's status and options, then drop the options and
+    # traps that would disturb the driver (silently: xtrace output goes to /dev/null here).
+    {
+        __sp_rc=$? __sp_f=$-
+        builtin set +euxv
+        builtin trap '' INT
+        builtin trap - DEBUG ERR RETURN
+    } 2>/dev/null
+    if [[ -s $__sp_locals ]]; then
+        builtin source "$__sp_locals" 2>/dev/null
+        : >"$__sp_locals"
+    fi
+    __sp_flags=
+    [[ $__sp_f == *e* || -n $__sp_eoff ]] && __sp_flags+=e
+    [[ $__sp_f == *u* ]] && __sp_flags+=u
+    [[ $__sp_f == *x* ]] && __sp_flags+=x
+    [[ $__sp_f == *v* ]] && __sp_flags+=v
+    if ((__sp_int)); then
+        __sp_status=interrupted __sp_rc=130
+    elif ((__sp_rc)); then
+        __sp_status=error
+    else
+        __sp_status=ok
+    fi
+    builtin printf '\036sandpit-end:%s\036' "$__sp_nonce"
+    builtin printf '\036sandpit-end:%s\036' "$__sp_nonce" >&2
+    builtin printf '{"id":%d,"nonce":"%s","status":"%s","exit_code":%d,"result":null,"exception":null,"warnings":[]}\n' \
+        "$__sp_id" "$__sp_nonce" "$__sp_status" "$__sp_rc" >&4
+done
+builtin exit 0
