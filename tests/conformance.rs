@@ -232,9 +232,20 @@ mod functional {
         let r = ctx.run(Language::Python, &code).await;
         assert_eq!(r.result, Some(serde_json::json!("real")), "{r:?}");
         let fake = format!("\x1esandpit-end:{zeros}\x1e");
-        assert!(r.stdout.contains(&fake) && r.stdout.ends_with("after\n"), "{r:?}");
-        let r = ctx.run(Language::Bash, &format!("printf '\\036sandpit-end:{zeros}\\036\\n'; echo after")).await;
-        assert!(r.stdout.contains(&fake) && r.stdout.ends_with("after\n"), "{r:?}");
+        assert!(
+            r.stdout.contains(&fake) && r.stdout.ends_with("after\n"),
+            "{r:?}"
+        );
+        let r = ctx
+            .run(
+                Language::Bash,
+                &format!("printf '\\036sandpit-end:{zeros}\\036\\n'; echo after"),
+            )
+            .await;
+        assert!(
+            r.stdout.contains(&fake) && r.stdout.ends_with("after\n"),
+            "{r:?}"
+        );
     }
 
     pub async fn stdin_reads_get_eof(ctx: Ctx) {
@@ -372,8 +383,13 @@ mod containment {
         let out = r.result.expect("result");
         for v in out.as_array().unwrap() {
             // Either an error, or a listing of the sandbox's own directories (its $HOME).
-            let own = v.as_array().is_some_and(|a| a.iter().all(|e| e == "sandbox"));
-            assert!(v.as_str().is_some_and(|s| s.ends_with("Error")) || own, "readable: {v} in {out}");
+            let own = v
+                .as_array()
+                .is_some_and(|a| a.iter().all(|e| e == "sandbox"));
+            assert!(
+                v.as_str().is_some_and(|s| s.ends_with("Error")) || own,
+                "readable: {v} in {out}"
+            );
         }
         let r = ctx
             .run(

@@ -42,9 +42,16 @@ pub struct Program {
     pub cwd: Option<PathBuf>,
 }
 
+/// Called with the child's pid right after it starts and before it may proceed (see
+/// [`Extras::place`]).
+pub type Placement = Box<dyn FnOnce(i32) -> Result<()> + Send + Sync>;
+
 /// Backend-specific state kept alive with the process and dropped (cleaned up) after it is
 /// killed, plus an optional way to tell whether the memory limit ended it.
 pub struct Extras {
+    /// Runs with the child's pid once it exists; then a single "go" byte is written on the
+    /// request channel, which the child (the Linux helper) waits for before it forks anything.
+    pub place: Option<Placement>,
     pub guard: Box<dyn Send + Sync>,
     pub oom_killed: Option<Box<dyn Fn() -> bool + Send + Sync>>,
     pub kill_all: Option<Box<dyn Fn() + Send + Sync>>,
@@ -54,7 +61,7 @@ pub struct Extras {
 /// Spawns `program` as a session leader on a new PTY with the session channels.
 /// Call from within the tokio runtime (a worker thread, not `spawn_blocking`: the child's
 /// parent-death signal follows the spawning thread).
-pub fn spawn(program: Program, extras: Extras) -> Result<Launched> {
+pub fn spawn(program: Program, mut extras: Extras) -> Result<Launched> {
     let (pty, pts) = pty_process::open().map_err(|e| Error::sandbox(format!("open a pty: {e}")))?;
     configure_terminal(&pts)?;
     let (err_r, err_w) = pipe_high()?;
@@ -81,7 +88,7 @@ pub fn spawn(program: Program, extras: Extras) -> Result<Launched> {
             Ok(())
         })
     };
-    let child = cmd
+    let mut child = cmd
         .spawn_borrowed(&pts)
         .map_err(|e| Error::sandbox(format!("spawn {}: {e}", program.path.display())))?;
     drop((req_r, resp_w));
@@ -89,6 +96,20 @@ pub fn spawn(program: Program, extras: Extras) -> Result<Launched> {
         .id()
         .map(|p| p as i32)
         .ok_or_else(|| Error::sandbox("the sandbox exited at once"))?;
+    if let Some(place) = extras.place.take() {
+        if let Err(e) = place(pgid) {
+            let _ = child.start_kill();
+            return Err(e);
+        }
+        // The request pipe is empty and a pipe holds far more than one byte: this cannot block.
+        let go = std::fs::File::from(
+            req_w
+                .try_clone()
+                .map_err(|e| Error::io("dup the request pipe", e))?,
+        );
+        std::io::Write::write_all(&mut &go, b"\n")
+            .map_err(|e| Error::io("start the sandbox", e))?;
+    }
 
     let pipe_err = |e: std::io::Error| Error::io("register a session pipe", e);
     let stderr = tokio::net::unix::pipe::Receiver::from_owned_fd(err_r).map_err(pipe_err)?;

@@ -68,6 +68,7 @@ impl super::Backend for UnsandboxedBackend {
                     cwd: Some(workspace.clone()),
                 },
                 super::pty_spawn::Extras {
+                    place: None,
                     guard: Box::new(TempDir(base)),
                     oom_killed: None,
                     kill_all: None,

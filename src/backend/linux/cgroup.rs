@@ -126,6 +126,21 @@ impl Cgroup {
     }
 }
 
+/// Moves process `pid` into every `cgroup.procs` file at once (one thread each: each move waits
+/// for its own RCU grace period on cgroup v1, so in parallel they overlap).
+pub fn place(procs_files: &[PathBuf], pid: i32) -> std::io::Result<()> {
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = procs_files
+            .iter()
+            .map(|f| scope.spawn(move || write(f, &pid.to_string())))
+            .collect();
+        handles.into_iter().try_for_each(|h| {
+            h.join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("cgroup placement thread panicked")))
+        })
+    })
+}
+
 impl CgroupView {
     /// How many times the OOM killer ended a process here.
     pub fn oom_kills(&self) -> u64 {

@@ -102,11 +102,18 @@ pub fn main(plan_json: &str) -> ! {
         );
     }
 
-    // 2. cgroup (root): join the session's memory/pids/cpu cgroups before anything forks, so
-    //    every descendant is counted.
-    for procs in &plan.cgroup_procs {
-        std::fs::write(procs, "0")
-            .unwrap_or_else(|e| fail(Step::Cgroup, format!("join {}: {e}", procs.display())));
+    // 2. cgroup (root): the host is moving us into the session's memory/pids/cpu cgroups; wait
+    //    for its one-byte "go" on fd 3 before anything forks, so every descendant is counted.
+    if plan.wait_for_placement {
+        let mut go = [0u8; 1];
+        // SAFETY: reading one byte from fd 3 (the request pipe) into a local buffer.
+        let n = unsafe { libc::read(3, go.as_mut_ptr().cast(), 1) };
+        if n != 1 {
+            fail(
+                Step::Cgroup,
+                "the host did not confirm the cgroup placement",
+            );
+        }
     }
 
     // 3. Namespaces. Unprivileged, the user namespace comes first (unshare handles it first) and
@@ -214,7 +221,7 @@ pub fn main(plan_json: &str) -> ! {
     let report = serde_json::json!({"layers": {
         "namespaces": ns, "root": plan.root.is_some(), "uid": nix::unistd::getuid().as_raw(),
         "landlock": landlock, "seccomp_filters": filters.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>(),
-        "cgroup": !plan.cgroup_procs.is_empty(), "rlimits": plan.rlimits,
+        "cgroup": plan.wait_for_placement, "rlimits": plan.rlimits,
     }});
     write_fd(RESPONSE_FD, format!("{report}\n").as_bytes());
     let cstr =

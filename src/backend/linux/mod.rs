@@ -262,6 +262,7 @@ impl LinuxBackend {
         let is_root = uid == 0;
 
         // Session directories: <state>/sessions/<name>/{workspace,tmp,home,root}.
+        let t0 = std::time::Instant::now();
         let name = random_name()?;
         let sessions = spec.state_dir.join("sessions");
         mkdir(&spec.state_dir, 0o711)?;
@@ -321,11 +322,7 @@ impl LinuxBackend {
             namespaces: ns.ok,
             landlock_abi: landlock_rules::kernel_abi(),
             session_ids,
-            cgroup_procs: guard
-                .cgroup
-                .as_ref()
-                .map(|c| c.procs_files())
-                .unwrap_or_default(),
+            in_cgroup: guard.cgroup.is_some(),
         };
         if !ns.ok && facts.landlock_abi == 0 {
             return Err(Error::BackendUnavailable {
@@ -336,6 +333,11 @@ impl LinuxBackend {
                 ),
             });
         }
+        tracing::debug!(
+            elapsed_us = t0.elapsed().as_micros() as u64,
+            cgroup = guard.cgroup.is_some(),
+            "session directories, uid and cgroup ready"
+        );
         let plan = plan::build(spec, &dirs, &facts, &bind_kind);
         let plan_json = serde_json::to_string(&plan)
             .map_err(|e| Error::sandbox(format!("encode plan: {e}")))?;
@@ -343,6 +345,21 @@ impl LinuxBackend {
         tracing::debug!(session = %spec.session_id, backend = "linux", "starting sandbox");
         let cg_oom = guard.cgroup.as_ref().map(|c| c.view());
         let cg_kill = guard.cgroup.as_ref().map(|c| c.view());
+        // cgroup v1 waits for an RCU grace period per move (~10 ms for memory here): place the
+        // helper from the host, one thread per hierarchy, while it starts; it waits for "go".
+        let place = guard.cgroup.as_ref().map(|c| {
+            let files = c.procs_files();
+            Box::new(move |pid: i32| {
+                let t = std::time::Instant::now();
+                let r = cgroup::place(&files, pid)
+                    .map_err(|e| Error::io("place the sandbox in its cgroup", e));
+                tracing::debug!(
+                    elapsed_us = t.elapsed().as_micros() as u64,
+                    "placed the helper in its cgroup"
+                );
+                r
+            }) as super::pty_spawn::Placement
+        });
         super::pty_spawn::spawn(
             super::pty_spawn::Program {
                 path: self.helper.clone(),
@@ -351,6 +368,7 @@ impl LinuxBackend {
                 cwd: None,
             },
             super::pty_spawn::Extras {
+                place,
                 guard: Box::new(guard),
                 oom_killed: cg_oom.map(|c| {
                     Box::new(move || c.oom_kills() > 0) as Box<dyn Fn() -> bool + Send + Sync>

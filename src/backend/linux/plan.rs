@@ -25,8 +25,8 @@ pub struct HostFacts {
     pub landlock_abi: i32,
     /// As root: the uid/gid this session runs as.
     pub session_ids: Option<(u32, u32)>,
-    /// `cgroup.procs` files the helper joins.
-    pub cgroup_procs: Vec<PathBuf>,
+    /// The host places the helper in a cgroup before letting it proceed.
+    pub in_cgroup: bool,
 }
 
 /// Which namespaces the helper unshares.
@@ -88,7 +88,9 @@ pub struct LinuxPlan {
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
     pub cwd: PathBuf,
-    pub cgroup_procs: Vec<PathBuf>,
+    /// Wait for the host's "go" byte on fd 3 before forking: the host is placing us in the
+    /// session's cgroup, and every descendant must start inside it.
+    pub wait_for_placement: bool,
     pub namespaces: Namespaces,
     /// Unprivileged: map our own uid/gid into the new user namespace.
     pub id_map: Option<(u32, u32)>,
@@ -255,7 +257,7 @@ pub fn build(
         argv,
         env,
         cwd: workspace,
-        cgroup_procs: host.cgroup_procs.clone(),
+        wait_for_placement: host.in_cgroup,
         namespaces,
         id_map: namespaces.user.then_some((host.uid, host.gid)),
         root,
@@ -308,7 +310,7 @@ mod tests {
             namespaces,
             landlock_abi: 7,
             session_ids: is_root.then_some((2_000_001, 2_000_001)),
-            cgroup_procs: vec![],
+            in_cgroup: false,
         }
     }
 

@@ -45,11 +45,15 @@ def _driver():
     import json
     import signal
     import linecache
+    import termios
     import types
 
     write = os.write
-    dumps = json.dumps
+    # ensure_ascii=False: a lone surrogate stays a character, which the final encode turns
+    # into "?" (as a \udXXXX escape it would make the line invalid JSON for the host).
+    dumps = json.JSONEncoder(ensure_ascii=False).encode
     loads = json.loads
+    strict_dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
     sigint = signal.SIGINT
     set_signal = signal.signal
     SIG_IGN = signal.SIG_IGN
@@ -187,12 +191,19 @@ def _driver():
         finally:
             if sys.stdin is null_stdin:
                 sys.stdin = saved_stdin
+            if not interactive:
+                # Drop the ^D the host queued on the terminal for this cell (whose stdin was
+                # /dev/null), so that it cannot end a read in a later interactive cell.
+                try:
+                    termios.tcflush(tty_fd, termios.TCIFLUSH)
+                except (OSError, termios.error):
+                    pass
 
         result = "null"
         after = g.get("result", MISSING)
         if after is not MISSING and (after is not before or (co is not None and assigns_result(co))):
             try:
-                result = dumps(after, allow_nan=False)
+                result = strict_dumps(after)
             except BaseException:
                 try:
                     result = dumps(repr(after))
@@ -209,7 +220,7 @@ def _driver():
                 pass  # the code closed it; the host gives up waiting for this marker
         response = '{"id":%d,"nonce":"%s","status":"%s","exit_code":%d,"result":%s,"exception":%s,"warnings":%s}\n' % (
             cid, nonce.decode(), status, exit_code, result, dumps(exception), dumps(warnings))
-        write_all(4, response.encode())
+        write_all(4, response.encode("utf-8", "replace"))
 
     write_all(4, (dumps({"ready": True, "language": "python", "version": sys.version.split()[0],
                          "pid": os.getpid()}) + "\n").encode())

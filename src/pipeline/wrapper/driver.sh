@@ -1,3 +1,8 @@
+__sp_cell() { builtin trap "$__sp_on_int" INT; builtin trap "$__sp_on_err" ERR; builtin set -E$__sp_flags; builtin eval "$__sp_code"; { __sp_st=$? __sp_f=$-; builtin set +exv; } 2>/dev/null; builtin eval "$__sp_save"; builtin return $__sp_st; }
+# ^ __sp_cell runs one cell (see "How a cell runs" below). It sits on line 1 because bash
+#   numbers the lines of an eval from the line of the eval: on line 1, error messages give
+#   the cell's own line numbers ("environment: eval: line 2: syntax error ...").
+#
 # sandpit bash driver: a persistent shell behind a framed protocol.
 #
 # Started by the host as:  bash --noprofile --norc -c "<this file>"
@@ -24,14 +29,17 @@
 #   4. EOF on fd 3: exit 0.
 #
 # How a cell runs
-#   - Inside the function __sp_cell, so that an interrupt can end it: the INT trap returns
+#   - Inside the function __sp_cell (line 1), so that an interrupt can end it: the INT trap returns
 #     from the running function and a DEBUG trap returns from each caller in turn, up to and
 #     out of __sp_cell.  A loop inside a function the cell calls is aborted as well.
 #   - Cells run as if at the top level: variables the cell declares with declare/typeset/
 #     local (which inside a function would be local to it) are copied to the global scope
-#     when the cell ends (`local -p` in a RETURN trap, then sourced at the top level).
+#     when the cell ends (written out with `local -p` on every way out of __sp_cell except a
+#     `return` in the cell's code, then sourced at the top level).
 #   - With fds 3 and 4 closed (user commands never see them), and for non-interactive
-#     cells with stdin from /dev/null, so reads get EOF at once.
+#     cells with stdin from /dev/null, so reads get EOF at once.  After a non-interactive
+#     cell the driver reads away the ^D the host queued on the terminal for it, so that it
+#     cannot end a read in a later interactive cell.
 #   - `set -e`: a failing command ends the cell (exit status = the command's), not the
 #     session: an ERR trap (inherited into functions with set -E) unwinds like an interrupt.
 #     The option stays on for the next cell, like the other options (-u, -x, -v, pipefail).
@@ -41,10 +49,12 @@
 #     off; each cell gets the user's options back.
 #   - Bash strings cannot hold NUL bytes: a NUL in the code or prelude is dropped.
 
-__sp_unwind='[[ ${FUNCNAME-} ]] && builtin return $__sp_st'
-__sp_on_int='__sp_int=1 __sp_st=130; [[ $- == *e* ]] && { builtin set +e; __sp_eoff=1; }; builtin trap "$__sp_unwind" DEBUG; builtin return 130'
-__sp_on_err='__sp_st=$?; if [[ $- == *e* && $BASHPID == $$ ]]; then builtin set +e; __sp_eoff=1; [[ ${FUNCNAME-} ]] && { builtin trap "$__sp_unwind" DEBUG; builtin return $__sp_st; }; fi'
-__sp_on_return='[[ ${FUNCNAME-} == __sp_cell ]] && { builtin local -p 2>/dev/null >"$__sp_locals"; builtin trap - RETURN; }'
+# Trap texts. Each way out of a cell first records the shell options in __sp_f and turns off
+# -e -x -v (silently); __sp_save copies the cell's locals out (only in __sp_cell's frame).
+__sp_save='[[ ${FUNCNAME-} == __sp_cell ]] && { builtin local -p >"$__sp_locals"; } 2>/dev/null || :'
+__sp_unwind='if [[ ${FUNCNAME-} ]]; then '$__sp_save'; builtin return $__sp_st; fi'
+__sp_on_int='{ __sp_f=$-; builtin set +exv; } 2>/dev/null; __sp_int=1 __sp_st=130; builtin trap "$__sp_unwind" DEBUG; '$__sp_save'; builtin return 130'
+__sp_on_err='__sp_st=$?; if [[ $- == *e* && $BASHPID == $$ ]]; then { __sp_f=$-; builtin set +exv; } 2>/dev/null; if [[ ${FUNCNAME-} ]]; then builtin trap "$__sp_unwind" DEBUG; '$__sp_save'; builtin return $__sp_st; fi; fi'
 __sp_locals="${TMPDIR:-/tmp}/.sandpit-bash-locals.$$"
 __sp_flags=   # the user's -e -u -x -v, put back for each cell
 
@@ -65,15 +75,6 @@ __sp_read() {
     done
 }
 
-# The cell itself. Its locals are the cell's top-level declarations (see the RETURN trap).
-__sp_cell() {
-    builtin trap "$__sp_on_return" RETURN
-    builtin trap "$__sp_on_int" INT
-    builtin trap "$__sp_on_err" ERR
-    builtin set -E${__sp_flags}
-    builtin eval "$__sp_code"
-}
-
 builtin trap '' INT
 builtin set -E
 builtin printf '{"ready":true,"language":"bash","version":"%s","pid":%d}\n' "${BASH_VERSION%%[^0-9.]*}" "$$" >&4
@@ -84,7 +85,7 @@ while :; do
     __sp_prelude=$__sp_buf
     __sp_read "$__sp_clen" || break
     __sp_code=$__sp_buf
-    __sp_int=0 __sp_eoff=
+    __sp_int=0 __sp_f=
     if [[ -n $__sp_prelude ]]; then
         builtin eval "$__sp_prelude" 3<&- 4>&-
     fi
@@ -96,17 +97,22 @@ while :; do
     # Back in the driver: record the cell's status and options, then drop the options and
     # traps that would disturb the driver (silently: xtrace output goes to /dev/null here).
     {
-        __sp_rc=$? __sp_f=$-
+        __sp_rc=$?
+        [[ -n $__sp_f ]] || __sp_f=$-
         builtin set +euxv
         builtin trap '' INT
-        builtin trap - DEBUG ERR RETURN
+        builtin trap - DEBUG ERR
     } 2>/dev/null
+    if [[ $__sp_inter != 1 ]]; then
+        while builtin read -t 0 -u 0 2>/dev/null; do
+            builtin read -r -t 0.05 -u 0 __sp_junk 2>/dev/null || break
+        done
+    fi
     if [[ -s $__sp_locals ]]; then
         builtin source "$__sp_locals" 2>/dev/null
-        : >"$__sp_locals"
     fi
     __sp_flags=
-    [[ $__sp_f == *e* || -n $__sp_eoff ]] && __sp_flags+=e
+    [[ $__sp_f == *e* ]] && __sp_flags+=e
     [[ $__sp_f == *u* ]] && __sp_flags+=u
     [[ $__sp_f == *x* ]] && __sp_flags+=x
     [[ $__sp_f == *v* ]] && __sp_flags+=v

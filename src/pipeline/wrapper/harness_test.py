@@ -1,0 +1,797 @@
+#!/usr/bin/python3
+"""Standalone test harness for the sandpit language drivers (driver.py, driver.js, driver.sh).
+
+Run with:  /usr/bin/python3 src/pipeline/wrapper/harness_test.py [-k SUBSTRING] [--no-bench]
+
+Each driver is spawned exactly as the host does it (src/backend/pty_spawn.rs): a fresh PTY
+whose slave is stdin/stdout and the controlling terminal of a new session (ICANON and ISIG
+on, ECHO and OPOST off), stderr on a pipe, requests on fd 3 and responses on fd 4, a clean
+environment and the workspace as the working directory.  Before each non-interactive
+request the harness, like the host, flushes the terminal's input and queues one ^D.
+
+The harness checks the protocol and the behaviour of each language, then measures the
+median round trip of 2000 trivial cells per language.  It prints "N passed, N failed" and
+exits non-zero if anything failed.  Python standard library only.
+"""
+
+import fcntl
+import json
+import os
+import pty
+import re
+import secrets
+import select
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import termios
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+INTERPRETERS = {
+    "python": (["/usr/bin/python3", "-I", "-c"], "driver.py"),
+    "javascript": (["/usr/bin/node", "-e"], "driver.js"),
+    "bash": (["/bin/bash", "--noprofile", "--norc", "-c"], "driver.sh"),
+}
+
+
+def marker(nonce):
+    return b"\x1esandpit-end:" + nonce.encode() + b"\x1e"
+
+
+def high_pipe():
+    """A pipe whose ends are close-on-exec and >= 10 (so dup2 onto 3 and 4 cannot clash)."""
+    r, w = os.pipe()
+    hr = fcntl.fcntl(r, fcntl.F_DUPFD_CLOEXEC, 10)
+    hw = fcntl.fcntl(w, fcntl.F_DUPFD_CLOEXEC, 10)
+    os.close(r)
+    os.close(w)
+    return hr, hw
+
+
+class DriverDied(Exception):
+    pass
+
+
+class Session:
+    """One driver process on the session channels."""
+
+    def __init__(self, language):
+        self.language = language
+        argv, script = INTERPRETERS[language]
+        with open(os.path.join(HERE, script), encoding="utf-8") as f:
+            source = f.read()
+        self.base = tempfile.mkdtemp(prefix="sandpit-harness-")
+        self.workspace = os.path.join(self.base, "workspace")
+        home, tmp = os.path.join(self.base, "home"), os.path.join(self.base, "tmp")
+        for d in (self.workspace, home, tmp):
+            os.makedirs(d)
+        env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": home,
+            "TMPDIR": tmp,
+            "LANG": "C.UTF-8",
+            "TERM": "xterm-256color",
+            "SANDPIT_WORKSPACE": self.workspace,
+            "SANDPIT_SESSION_ID": "s-harness",
+            "SANDPIT_LANGUAGE": language,
+            "SANDPIT_BACKEND": "harness",
+        }
+
+        master, slave = pty.openpty()
+        attrs = termios.tcgetattr(slave)
+        attrs[3] |= termios.ICANON | termios.ISIG  # lflag
+        attrs[3] &= ~(termios.ECHO | termios.ECHOE | termios.ECHOK | termios.ECHONL)
+        attrs[1] &= ~termios.OPOST  # oflag
+        termios.tcsetattr(slave, termios.TCSANOW, attrs)
+        master_hi = fcntl.fcntl(master, fcntl.F_DUPFD_CLOEXEC, 10)
+        slave_hi = fcntl.fcntl(slave, fcntl.F_DUPFD_CLOEXEC, 10)
+        os.close(master)
+        os.close(slave)
+        self.master, self.slave = master_hi, slave_hi
+
+        err_r, err_w = high_pipe()
+        req_r, req_w = high_pipe()
+        resp_r, resp_w = high_pipe()
+
+        def preexec():
+            # start_new_session made us a session leader: take the PTY as controlling terminal.
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+            os.dup2(req_r, 3)
+            os.dup2(resp_w, 4)
+
+        self.proc = subprocess.Popen(
+            argv + [source],
+            stdin=self.slave,
+            stdout=self.slave,
+            stderr=err_w,
+            env=env,
+            cwd=self.workspace,
+            start_new_session=True,
+            preexec_fn=preexec,
+            pass_fds=(3, 4),
+        )
+        for fd in (err_w, req_r, resp_w):
+            os.close(fd)
+        self.err, self.req, self.resp = err_r, req_w, resp_r
+        self.out_buf = b""
+        self.err_buf = b""
+        self.resp_buf = b""
+        self.next_id = 1
+        self.ready = json.loads(self._read_response_line(timeout=20))
+
+    # -- low-level I/O ----------------------------------------------------------------------
+    def _pump(self, timeout, want_resp):
+        """Reads whatever is available on the three channels (waits up to `timeout`)."""
+        fds = [self.master, self.err] + ([self.resp] if want_resp else [])
+        ready, _, _ = select.select(fds, [], [], max(0.0, timeout))
+        for fd in ready:
+            try:
+                data = os.read(fd, 1 << 20)
+            except OSError:  # EIO on the PTY master once the child is gone
+                data = b""
+            if fd == self.master:
+                if data:
+                    self.out_buf += data
+                else:
+                    self.master_closed = True
+            elif fd == self.err:
+                if data:
+                    self.err_buf += data
+            elif fd == self.resp:
+                if not data:
+                    raise DriverDied("response pipe closed (exit %r), stderr: %r" % (self.proc.poll(), self.err_buf[-2000:]))
+                self.resp_buf += data
+        return ready
+
+    def _read_response_line(self, timeout):
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.resp_buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("no response line within %ss; stderr: %r" % (timeout, self.err_buf[-2000:]))
+            self._pump(left, True)
+        line, self.resp_buf = self.resp_buf.split(b"\n", 1)
+        return line
+
+    # -- one cell ---------------------------------------------------------------------------
+    def execute(self, code, prelude=b"", interactive=False, typed=None, interrupt_after=None, timeout=15.0, eof=True):
+        """Runs one cell as the host does. Returns a dict with response/stdout/stderr/raw/elapsed."""
+        if isinstance(code, str):
+            code = code.encode("utf-8")
+        if isinstance(prelude, str):
+            prelude = prelude.encode("utf-8")
+        cid = self.next_id
+        self.next_id += 1
+        nonce = secrets.token_hex(16)
+        mk = marker(nonce)
+        # Output left over from between cells belongs to no cell.
+        self.out_buf = b""
+        self.err_buf = b""
+        if not interactive and eof:
+            termios.tcflush(self.slave, termios.TCIFLUSH)
+            os.write(self.master, b"\x04")
+        frame = b"%d %s %d %d %d\n" % (cid, nonce.encode(), 1 if interactive else 0, len(prelude), len(code)) + prelude + code
+        started = time.monotonic()
+        written = 0
+        while written < len(frame):  # big frames: keep reading output while writing
+            _, w, _ = select.select([], [self.req], [], 0.0)
+            if w:
+                written += os.write(self.req, frame[written:written + 65536])
+            else:
+                self._pump(0.01, False)
+        if typed is not None:
+            os.write(self.master, typed)
+        deadline = started + timeout
+        interrupt_at = started + interrupt_after if interrupt_after is not None else None
+        response = None
+        raw_line = None
+        while True:
+            have_out = mk in self.out_buf
+            have_err = mk in self.err_buf
+            if response is not None and have_out and have_err:
+                break
+            now = time.monotonic()
+            if now > deadline:
+                raise TimeoutError("cell %d did not finish (response=%r, out marker=%s, err marker=%s); stdout tail %r; stderr tail %r"
+                                   % (cid, response, have_out, have_err, self.out_buf[-300:], self.err_buf[-300:]))
+            wake = deadline
+            if interrupt_at is not None:
+                if now >= interrupt_at:
+                    os.killpg(self.proc.pid, signal.SIGINT)
+                    interrupt_at = None
+                else:
+                    wake = min(wake, interrupt_at)
+            self._pump(wake - now, response is None)
+            if response is None and b"\n" in self.resp_buf:
+                raw_line, self.resp_buf = self.resp_buf.split(b"\n", 1)
+                response = json.loads(raw_line)
+        elapsed = time.monotonic() - started
+        out, self.out_buf = self.out_buf.split(mk, 1)
+        err, self.err_buf = self.err_buf.split(mk, 1)
+        return {"response": response, "raw": raw_line, "stdout": out.decode("utf-8", "replace"),
+                "stderr": err.decode("utf-8", "replace"), "elapsed": elapsed, "id": cid, "nonce": nonce}
+
+    def close(self):
+        for fd in (self.req,):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        for fd in (self.master, self.slave, self.err, self.resp):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+# ---- test machinery ---------------------------------------------------------------------------
+PASSED = 0
+FAILED = 0
+FAILURES = []
+
+
+class Check(Exception):
+    pass
+
+
+def check(cond, what, detail=None):
+    if not cond:
+        raise Check(what + ("" if detail is None else "\n      got: %r" % (detail,)))
+
+
+def status_of(r):
+    return r["response"]["status"]
+
+
+def expect_ok(r, what="cell"):
+    check(r["response"]["status"] == "ok" and r["response"]["exit_code"] == 0, what + " should be ok", r)
+
+
+def valid_response(r):
+    """The response line is strict JSON (UTF-8, no lone surrogates) with every field."""
+    line = r["raw"]
+    line.decode("utf-8")
+    v = json.loads(line)
+    json.dumps(v, ensure_ascii=False).encode("utf-8")  # raises on lone surrogates
+    for k in ("id", "nonce", "status", "exit_code", "result", "exception", "warnings"):
+        check(k in v, "response has %r" % k, v)
+    check(v["id"] == r["id"] and v["nonce"] == r["nonce"], "response id/nonce match", v)
+    check(v["status"] in ("ok", "error", "interrupted"), "status value", v)
+    check(isinstance(v["exit_code"], int), "exit_code is an int", v)
+    check(isinstance(v["warnings"], list), "warnings is a list", v)
+    if v["exception"] is not None:
+        for k in ("type", "message", "traceback"):
+            check(isinstance(v["exception"].get(k), str), "exception.%s is a string" % k, v)
+
+
+SESSIONS = {}
+
+
+def session(lang):
+    s = SESSIONS.get(lang)
+    if s is None or s.proc.poll() is not None:
+        if s is not None:
+            s.close()
+        s = SESSIONS[lang] = Session(lang)
+    return s
+
+
+def fresh(lang):
+    s = SESSIONS.pop(lang, None)
+    if s is not None:
+        s.close()
+    return session(lang)
+
+
+TESTS = []
+
+
+def test(*langs):
+    def deco(f):
+        for lang in langs:
+            TESTS.append(("%s: %s" % (lang, f.__name__), lang, f))
+        return f
+    return deco
+
+
+def run(s, code, **kw):
+    r = s.execute(code, **kw)
+    valid_response(r)
+    return r
+
+
+# ---- the checks -------------------------------------------------------------------------------
+@test("python", "javascript", "bash")
+def ready_frame(lang):
+    s = fresh(lang)
+    rd = s.ready
+    check(rd.get("ready") is True, "ready is true", rd)
+    check(rd.get("language") == lang, "language", rd)
+    check(isinstance(rd.get("version"), str) and re.match(r"^\d+\.\d+", rd["version"]), "version looks like a version", rd)
+    check(rd.get("pid") == s.proc.pid, "pid is the interpreter's", (rd, s.proc.pid))
+
+
+@test("python")
+def state_persists_py(lang):
+    s = session(lang)
+    expect_ok(run(s, "import math\ndef sq(x):\n    return x * x\nclass K:\n    v = 3\ndata = [1, 2, 3]"))
+    r = run(s, "result = {'sum': sum(map(sq, data)), 'e': round(math.e, 2), 'k': K.v}")
+    check(r["response"]["result"] == {"sum": 14, "e": 2.72, "k": 3}, "state and result", r)
+    r = run(s, "import __main__, pickle\nresult = [__name__, pickle.loads(pickle.dumps(K())).v]")
+    check(r["response"]["result"] == ["__main__", 3], "cells run as __main__ (pickle finds their classes)", r)
+
+
+@test("javascript")
+def state_persists_js(lang):
+    s = session(lang)
+    expect_ok(run(s, "let n = 20; const double = (x) => x * 2; function inc(x) { return x + 1 }; class C { get v() { return 3 } }; var vv = 1"))
+    r = run(s, "result = [inc(double(n)), new C().v, vv, typeof require, typeof module]")
+    check(r["response"]["result"] == [41, 3, 1, "function", "object"], "declarations persist", r)
+    r = run(s, "let n = 5; const double = 1; result = n + double")
+    check(r["response"]["result"] == 6, "a cell may declare let/const again", r)
+
+
+@test("bash")
+def state_persists_sh(lang):
+    s = session(lang)
+    expect_ok(run(s, 'greet() { echo "hi $1"; }\nX=41\nmkdir -p sub && cd sub'))
+    r = run(s, 'greet $((X+1)); basename "$PWD"')
+    check(r["stdout"] == "hi 42\nsub\n", "function, variable and cwd persist", r)
+    expect_ok(run(s, "declare -A m=([k]=v); declare -i n=5; typeset arr=(1 2); local l=loc; export E=1"))
+    r = run(s, 'echo "${m[k]} $((n+1)) ${arr[1]} $l $E $(printenv E)"; declare -p m')
+    check(r["stdout"].startswith("v 6 2 loc 1 1\ndeclare -A m="), "top-level declare/local persist as globals", r)
+    r = run(s, "f() { declare inner=1; }; f; echo \"${inner-unset}\"")
+    check(r["stdout"] == "unset\n", "declare inside a function stays local to it", r)
+    expect_ok(run(s, "cd \"$SANDPIT_WORKSPACE\""))
+
+
+@test("python", "javascript")
+def result_semantics(lang):
+    s = session(lang)
+    if lang == "python":
+        cells = ["result = 5", "print(1)", "result = 5", "result += 0", "del result", "result = None"]
+    else:
+        cells = ["result = 5", "console.log(1)", "result = 5", "result += 0", "delete globalThis.result", "result = null"]
+    r = run(s, cells[0])
+    check(r["response"]["result"] == 5, "result bound -> reported", r)
+    r = run(s, cells[1])
+    check(r["response"]["result"] is None and "result" not in r["raw"].decode().split('"result":')[1][:5], "result not bound -> null", r)
+    r = run(s, cells[2])
+    check(r["response"]["result"] == 5, "result re-assigned to an identical value -> reported", r)
+    r = run(s, cells[3])
+    check(r["response"]["result"] == 5, "augmented assignment -> reported", r)
+    run(s, cells[4])
+    r = run(s, cells[5])
+    check(r["response"]["result"] is None and r["response"]["warnings"] == [], "null result", r)
+    # A value JSON cannot encode: its repr and a warning.
+    r = run(s, "result = object()" if lang == "python" else "result = () => 1")
+    check(isinstance(r["response"]["result"], str) and r["response"]["warnings"] == ["result is not JSON-serialisable; returned its repr"],
+          "non-JSON result -> repr + warning", r)
+    r = run(s, "result = float('nan')" if lang == "python" else "result = 10n")
+    check(isinstance(r["response"]["result"], str) and len(r["response"]["warnings"]) == 1, "NaN / BigInt -> repr + warning", r)
+    # Lone surrogates must not make the response invalid for a strict JSON parser.
+    r = run(s, "result = ['\\ud800x', 'ok \\u00e9 \\U0001F600']" if lang == "python" else "result = ['\\ud800x', 'ok \\u00e9 \\u{1F600}']")
+    check(r["response"]["result"][1] == "ok \u00e9 \U0001F600", "unicode result", r)
+    if lang == "javascript":
+        r = run(s, "let result = {deep: [1, {a: 'b'}]}")
+        check(r["response"]["result"] == {"deep": [1, {"a": "b"}]}, "let result is seen too", r)
+
+
+@test("bash")
+def result_is_null_sh(lang):
+    s = session(lang)
+    r = run(s, "result=5; echo hi")
+    check(r["response"]["result"] is None and r["response"]["exception"] is None, "bash result/exception always null", r)
+
+
+@test("python")
+def exception_shape_py(lang):
+    s = session(lang)
+    r = run(s, "def f():\n    return 1 / 0\nf()")
+    resp = r["response"]
+    check(resp["status"] == "error" and resp["exit_code"] == 1, "error status", resp)
+    ex = resp["exception"]
+    check(ex["type"] == "ZeroDivisionError" and ex["message"] == "division by zero", "type and message", ex)
+    check("line 2" in ex["traceback"] and "return 1 / 0" in ex["traceback"], "traceback has the cell's line and source", ex)
+    check("<string>" not in ex["traceback"] and "exec(" not in ex["traceback"], "no driver frames", ex)
+    r = run(s, "class MyErr(Exception): pass\ndef g(): raise MyErr('custom')")
+    r = run(s, "g()")
+    ex = r["response"]["exception"]
+    check(ex["type"] == "MyErr" and ex["message"] == "custom" and "raise MyErr('custom')" in ex["traceback"],
+          "a function from an earlier cell shows its own source", ex)
+
+
+@test("javascript")
+def exception_shape_js(lang):
+    s = session(lang)
+    r = run(s, "function f() { return null.x }\nf()")
+    resp = r["response"]
+    check(resp["status"] == "error" and resp["exit_code"] == 1, "error status", resp)
+    ex = resp["exception"]
+    check(ex["type"] == "TypeError" and "reading 'x'" in ex["message"], "type and message", ex)
+    check("at f (cell-" in ex["traceback"], "stack has the cell frames", ex)
+    check("inspector" not in ex["traceback"] and "sandpit-driver" not in ex["traceback"] and "[eval]" not in ex["traceback"],
+          "no driver frames", ex)
+    r = run(s, "class MyErr extends Error {}; throw new MyErr('custom')")
+    check(r["response"]["exception"]["type"] == "MyErr" and r["response"]["exception"]["message"] == "custom", "custom class", r)
+    r = run(s, "throw 42")
+    ex = r["response"]["exception"]
+    check(r["response"]["status"] == "error" and ex["message"] == "42", "a thrown primitive", ex)
+    r = run(s, "await Promise.reject(new RangeError('async'))")
+    check(r["response"]["exception"]["type"] == "RangeError", "rejected top-level await", r)
+    r = run(s, "await new Promise(r => setTimeout(() => { throw new EvalError('late') }, 10))")
+    check(r["response"]["status"] == "error" and r["response"]["exception"]["type"] == "EvalError",
+          "a throw in a timer while the cell waits ends the cell", r)
+    r = run(s, "Promise.reject(new Error('nobody listens')); 1")
+    check(r["response"]["status"] == "ok" and "nobody listens" in r["stderr"], "an unhandled rejection is reported on stderr", r)
+    r = run(s, "setTimeout(() => { throw new Error('between cells') }, 5)")
+    time.sleep(0.2)
+    r = run(s, "result = 'alive'")
+    check(r["response"]["result"] == "alive", "an uncaught exception between cells keeps the session", r)
+
+
+@test("python", "javascript", "bash")
+def syntax_error(lang):
+    s = session(lang)
+    code = {"python": "x = 1\ndef broken(:", "javascript": "let q = 1;\nlet z = ;", "bash": "echo before\nif then fi"}[lang]
+    r = run(s, code)
+    resp = r["response"]
+    check(resp["status"] == "error" and resp["exit_code"] != 0, "syntax error is an error", resp)
+    if lang == "bash":
+        check("syntax error" in r["stderr"] and r["stdout"] == "", "bash reports on stderr without running", r)
+    else:
+        ex = resp["exception"]
+        check(ex["type"] == "SyntaxError", "SyntaxError type", ex)
+        check("line 2" in ex["traceback"] or ":2\n" in ex["traceback"], "location of the error", ex)
+    r = run(s, {"python": "result = 'fine'", "javascript": "result = 'fine'", "bash": "echo fine"}[lang])
+    check(r["response"]["status"] == "ok", "session fine after a syntax error", r)
+
+
+@test("python", "javascript", "bash")
+def input_data(lang):
+    s = session(lang)
+    values = {"name": "it's $(x) `y` \"q\" \u00e9", "n": 41, "cfg": {"k": True}}
+    if lang == "bash":
+        def q(v):
+            return "'" + v.replace("'", "'\\''") + "'"
+        prelude = "".join("export %s=%s\n" % (k, q(v if isinstance(v, str) else json.dumps(v, separators=(",", ":")))) for k, v in sorted(values.items()))
+        r = run(s, 'echo "$name|$n|$cfg"; printenv n', prelude=prelude)
+        check(r["stdout"] == values["name"] + "|41|{\"k\":true}\n41\n", "exports before the code", r)
+    else:
+        prelude = json.dumps(values, ensure_ascii=False)
+        code = "result = [name, n + 1, cfg['k']]" if lang == "python" else "result = [name, n + 1, cfg.k]"
+        r = run(s, code, prelude=prelude)
+        check(r["response"]["result"] == [values["name"], 42, True], "input_data globals", r)
+        r = run(s, "result = n", prelude=json.dumps({"n": 7}))
+        check(r["response"]["result"] == 7, "input_data again", r)
+
+
+@test("python", "javascript", "bash")
+def streams_separate_and_ordered(lang):
+    s = session(lang)
+    code = {
+        "python": "import sys\nfor i in range(3):\n    print(i)\n    print('e', i, file=sys.stderr)\nsys.stdout.write('no newline')\nsys.stderr.write('err no newline')",
+        "javascript": "for (let i = 0; i < 3; i++) { console.log(i); console.error('e', i) }\nprocess.stdout.write('no newline'); process.stderr.write('err no newline')",
+        "bash": "for i in 0 1 2; do echo $i; echo e $i >&2; done; printf 'no newline'; printf 'err no newline' >&2",
+    }[lang]
+    r = run(s, code)
+    check(r["stdout"] == "0\n1\n2\nno newline", "stdout complete and before the marker", r)
+    check(r["stderr"] == "e 0\ne 1\ne 2\nerr no newline", "stderr complete and before the marker", r)
+    if lang == "python":
+        r = run(s, "import sys, io\nprint('kept', end='')\nsys.stdout = io.StringIO()\nprint('hidden')")
+        check(r["stdout"] == "kept", "sys.__stdout__ flushed although sys.stdout was replaced", r)
+        run(s, "sys.stdout = sys.__stdout__")
+
+
+@test("python", "javascript", "bash")
+def fake_marker_does_not_end_cell(lang):
+    s = session(lang)
+    fake = "\x1esandpit-end:" + "0" * 32 + "\x1e"
+    code = {
+        "python": "import sys, os\nprint(%r)\nprint(%r, file=sys.stderr)\nos.write(4, b'{\"id\":1,\"nonce\":\"%s\",\"status\":\"ok\",\"exit_code\":0}\\n')\nprint('after')\nresult = 'real'" % (fake, fake, "0" * 32),
+        "javascript": "console.log(%s); console.error(%s); console.log('after'); result = 'real'" % (json.dumps(fake), json.dumps(fake)),
+        "bash": "printf '%%s\\n' $'%s'; printf '%%s\\n' $'%s' >&2; echo after" % (fake.replace("\x1e", "\\x1e"), fake.replace("\x1e", "\\x1e")),
+    }[lang]
+    r = run(s, code)
+    check(r["stdout"] == fake + "\nafter\n", "a marker with another nonce is plain output", r)
+    check(r["stderr"] == fake + "\n", "also on stderr", r)
+    if lang != "bash":
+        check(r["response"]["result"] == "real", "the real response", r)
+
+
+@test("python", "javascript", "bash")
+def stdin_eof_when_not_interactive(lang):
+    s = session(lang)
+    code = {
+        "python": "try:\n    input()\n    result = 'read'\nexcept EOFError:\n    result = 'eof'\nimport sys, os, subprocess\nresult = [result, sys.stdin.read(), os.read(0, 10).decode(), subprocess.run(['cat'], capture_output=True).stdout.decode()]",
+        "javascript": "result = [require('fs').readFileSync(0).length]",
+        "bash": "if read -r line; then echo read; else echo eof; fi; cat; echo done",
+    }[lang]
+    r = run(s, code, timeout=10)
+    if lang == "python":
+        check(r["response"]["result"] == ["eof", "", "", ""], "input() EOFError, reads empty", r)
+    elif lang == "javascript":
+        check(r["response"]["result"] == [0], "readFileSync(0) is empty", r)
+    else:
+        check(r["stdout"] == "eof\ndone\n", "read fails, cat ends", r)
+
+
+@test("python", "javascript", "bash")
+def stdin_interactive(lang):
+    s = session(lang)
+    code = {
+        "python": "result = input()",
+        "javascript": "result = require('fs').readFileSync(0, 'utf8')",
+        "bash": "read -r x; echo \"got $x\"",
+    }[lang]
+    typed = b"hello\n\x04" if lang == "javascript" else b"hello\n"
+    r = run(s, code, interactive=True, typed=typed, timeout=10)
+    if lang == "python":
+        check(r["response"]["result"] == "hello", "input() reads the terminal", r)
+    elif lang == "javascript":
+        check(r["response"]["result"] == "hello\n", "fd 0 is the terminal", r)
+    else:
+        check(r["stdout"] == "got hello\n", "read gets the typed line", r)
+    # Back to non-interactive: EOF again.
+    r = run(s, {"python": "try:\n    input()\n    result = 'read'\nexcept EOFError:\n    result = 'eof'",
+                "javascript": "result = require('fs').readFileSync(0).length",
+                "bash": "read -r x || echo eof"}[lang], timeout=10)
+    check(r["response"]["result"] in ("eof", 0) or r["stdout"] == "eof\n", "non-interactive after interactive", r)
+
+
+@test("python", "javascript", "bash")
+def interrupt_keeps_state(lang):
+    s = session(lang)
+    setup = {"python": "kept = 7", "javascript": "var kept = 7; let kept2 = 8", "bash": "kept=7; f() { while :; do :; done; echo 'after loop (BAD)'; }; g() { f; echo 'after f (BAD)'; }"}[lang]
+    expect_ok(run(s, setup))
+    busy = {
+        "python": ["while True: pass", "import time\ntime.sleep(100)", "def spin():\n    while True: pass\nspin()"],
+        "javascript": ["while (true) {}", "await new Promise(() => {})", "await new Promise(r => setTimeout(r, 100000))", "function spin() { for (;;) {} }\nspin()"],
+        "bash": ["while :; do :; done", "sleep 100", "g; echo 'after g (BAD)'", "set -e; sleep 100", "read x"],
+    }[lang]
+    for code in busy:
+        t0 = time.monotonic()
+        interactive = code == "read x"
+        r = run(s, code, interrupt_after=0.3, timeout=10, interactive=interactive)
+        resp = r["response"]
+        check(resp["status"] == "interrupted" and resp["exit_code"] == 130, "interrupted status for %r" % code, r)
+        check(time.monotonic() - t0 < 3, "interrupt was prompt for %r" % code)
+        check("BAD" not in r["stdout"], "the interrupt ends the whole cell", r)
+        check_code = {"python": "result = kept", "javascript": "result = kept + kept2 - 8", "bash": "echo $kept"}[lang]
+        r = run(s, check_code)
+        check(r["response"]["result"] == 7 or r["stdout"] == "7\n", "state kept after interrupting %r" % code, r)
+    if lang == "python":
+        r = run(s, "import signal\nresult = signal.getsignal(signal.SIGINT) is signal.default_int_handler")
+        check(r["response"]["result"] is True, "cells see the default SIGINT handler", r)
+        r = run(s, "try:\n    import time; time.sleep(100)\nexcept KeyboardInterrupt:\n    print('caught')\nresult = 'went on'", interrupt_after=0.3)
+        check(r["response"]["status"] == "ok" and r["response"]["result"] == "went on" and r["stdout"] == "caught\n", "the cell may catch it", r)
+    if lang == "bash":
+        r = run(s, "set +e; echo $-")
+        check("e" not in r["stdout"], "set +e", r)
+
+
+@test("python", "javascript", "bash")
+def sigint_between_cells(lang):
+    s = session(lang)
+    expect_ok(run(s, {"python": "between = 1", "javascript": "var between = 1", "bash": "between=1"}[lang]))
+    os.killpg(s.proc.pid, signal.SIGINT)
+    time.sleep(0.2)
+    check(s.proc.poll() is None, "the driver survives SIGINT while idle", s.proc.poll())
+    r = run(s, {"python": "result = between", "javascript": "result = between", "bash": "echo $between"}[lang])
+    check(r["response"]["status"] == "ok" and (r["response"]["result"] == 1 or r["stdout"] == "1\n"), "still works", r)
+
+
+@test("python")
+def sys_exit(lang):
+    s = session(lang)
+    expect_ok(run(s, "alive = 'yes'"))
+    r = run(s, "import sys\nprint('before')\nsys.exit(3)")
+    resp = r["response"]
+    check((resp["status"], resp["exit_code"]) == ("error", 3) and r["stdout"] == "before\n", "sys.exit(3)", r)
+    r = run(s, "sys.exit(0)")
+    check((r["response"]["status"], r["response"]["exit_code"]) == ("ok", 0), "sys.exit(0)", r)
+    r = run(s, "sys.exit()")
+    check((r["response"]["status"], r["response"]["exit_code"]) == ("ok", 0), "sys.exit()", r)
+    r = run(s, "sys.exit('bye')")
+    check((r["response"]["status"], r["response"]["exit_code"]) == ("error", 1) and r["stderr"] == "bye\n", "sys.exit('bye')", r)
+    r = run(s, "result = alive")
+    check(r["response"]["result"] == "yes" and s.proc.poll() is None, "session alive", r)
+
+
+@test("python")
+def top_level_await_py(lang):
+    s = session(lang)
+    r = run(s, "import asyncio\nawait asyncio.sleep(0.01)\nv = await asyncio.gather(*(asyncio.sleep(0, i) for i in range(3)))\nresult = v")
+    check(r["response"]["result"] == [0, 1, 2], "python top-level await", r)
+
+
+@test("javascript")
+def top_level_await_js(lang):
+    s = session(lang)
+    expect_ok(run(s, "let b = await new Promise(r => setTimeout(() => r(41), 10)); const c = await 1"))
+    r = run(s, "result = b + c")
+    check(r["response"]["result"] == 42, "TLA declarations persist", r)
+    r = run(s, "const v = await new Promise(r => setTimeout(() => r(40), 10)); let result = v + 1;")
+    check(r["response"]["result"] == 41, "let result after await", r)
+    r = run(s, "const p = await import('node:path'); result = p.sep")
+    check(r["response"]["result"] == "/", "dynamic import() in a cell", r)
+    with open(os.path.join(s.workspace, "mod.mjs"), "w") as f:
+        f.write("export const v = 'esm';\n")
+    r = run(s, "result = (await import('./mod.mjs')).v")
+    check(r["response"]["result"] == "esm", "relative import() from the workspace", r)
+    r = run(s, "new Promise(() => {})")
+    check(r["response"]["status"] == "ok", "a pending promise as the completion value is not awaited", r)
+
+
+@test("bash")
+def bash_details(lang):
+    s = session(lang)
+    r = run(s, "false")
+    check((r["response"]["status"], r["response"]["exit_code"]) == ("error", 1), "false -> error 1", r)
+    r = run(s, "(exit 7)")
+    check(r["response"]["exit_code"] == 7, "exit status of the cell", r)
+    r = run(s, "set -e; echo one; false; echo 'two (BAD)'")
+    check((r["response"]["status"], r["response"]["exit_code"]) == ("error", 1) and r["stdout"] == "one\n", "set -e ends the cell", r)
+    r = run(s, "h() { false; echo 'BAD'; }; h; echo 'BAD2'")
+    check(r["response"]["exit_code"] == 1 and "BAD" not in r["stdout"], "set -e persists and unwinds functions", r)
+    r = run(s, "[[ -e /nonexistent ]] && echo yes; echo $-")
+    check(r["response"]["status"] == "ok" and "e" in r["stdout"], "set -e does not fire in && lists", r)
+    r = run(s, "set +e; false; echo continues")
+    check(r["stdout"] == "continues\n" and r["response"]["status"] == "ok", "set +e", r)
+    r = run(s, "set -u; echo \"${undefined_var-default}\"; set +u")
+    check(r["stdout"] == "default\n", "set -u with defaults", r)
+    r = run(s, "set -x; echo traced; set +x")
+    check(r["stdout"] == "traced\n" and "+ echo traced" in r["stderr"], "xtrace goes to stderr", r)
+    r = run(s, "echo ok")
+    check(r["stderr"] == "", "no xtrace of the driver after set +x", r)
+    r = run(s, "exec 3>/dev/null; echo still")
+    check(r["stdout"] == "still\n", "a cell may use fd 3", r)
+    r = run(s, "echo again")
+    check(r["stdout"] == "again\n", "the driver kept its fd 3", r)
+    r = run(s, "echo \"$IFS\" | od -c | head -1; IFS=,; echo set")
+    r = run(s, "echo after-ifs; IFS=$' \\t\\n'")
+    check(r["stdout"] == "after-ifs\n", "a changed IFS does not break the driver", r)
+    r = run(s, "read() { echo 'user read'; }; printf() { echo 'user printf'; }")
+    r = run(s, "echo fine; unset -f read printf")
+    check(r["stdout"] == "fine\n", "user functions named read/printf do not break the driver", r)
+    r = run(s, "echo 'h\u00e9llo \u2713'; x='\u00e9'; echo ${#x}")
+    check(r["stdout"] == "h\u00e9llo \u2713\n1\n", "multibyte code is framed by bytes; the cell's locale is UTF-8", r)
+    r = run(s, b"echo a\x00b; echo next")
+    check(r["stdout"] == "ab\nnext\n", "a NUL byte in the code keeps the framing", r)
+    r = run(s, "")
+    expect_ok(r, "empty cell")
+
+
+@test("python", "javascript", "bash")
+def fds_not_inherited(lang):
+    s = session(lang)
+    probe = "exec 2>/dev/null; : <&3 && echo has3; : >&4 && echo has4; echo checked"
+    code = {
+        "python": "import os\nos.system(%r)" % probe,
+        "javascript": "process.stdout.write(require('child_process').execSync(%s, {stdio: ['ignore', 'pipe', 'ignore']}).toString())" % json.dumps(probe),
+        "bash": "sh -c %s" % json.dumps(probe).replace("$", "\\$"),
+    }[lang]
+    r = run(s, code)
+    check(r["stdout"] == "checked\n", "children do not hold fds 3/4", r)
+
+
+@test("python", "javascript", "bash")
+def large_output(lang):
+    s = session(lang)
+    code = {
+        "python": "import sys\nsys.stdout.write(('x' * 1023 + '\\n') * 1024)\nsys.stderr.write('y' * 100000)",
+        "javascript": "process.stdout.write(('x'.repeat(1023) + '\\n').repeat(1024)); process.stderr.write('y'.repeat(100000))",
+        "bash": "head -c 1048576 /dev/zero | tr '\\0' x; printf 'y%.0s' {1..1000} >&2",
+    }[lang]
+    r = run(s, code, timeout=30)
+    if lang == "bash":
+        check(r["stdout"] == "x" * 1048576 and r["stderr"] == "y" * 1000, "1 MB through", (len(r["stdout"]), len(r["stderr"])))
+    else:
+        check(r["stdout"] == ("x" * 1023 + "\n") * 1024 and r["stderr"] == "y" * 100000, "1 MB through", (len(r["stdout"]), len(r["stderr"])))
+
+
+@test("python", "javascript", "bash")
+def large_code_and_unicode(lang):
+    s = session(lang)
+    body = "\u00e9\u2713\U0001F600" * 100000  # ~900 KB of multibyte text
+    code = {
+        "python": "s = %r\nresult = len(s)" % body,
+        "javascript": "const s = %s; result = [...s].length" % json.dumps(body),
+        "bash": "s='%s'; echo ${#s}" % body,
+    }[lang]
+    r = run(s, code, timeout=60)
+    check(r["response"]["result"] == 300000 or r["stdout"] == "300000\n", "a large multibyte cell is framed by bytes", (r["response"], r["stdout"][:100]))
+
+
+@test("python", "javascript", "bash")
+def eof_exits_zero(lang):
+    s = fresh(lang)
+    expect_ok(run(s, {"python": "x = 1", "javascript": "let x = 1", "bash": "x=1"}[lang]))
+    os.close(s.req)
+    s.req = -1
+    try:
+        rc = s.proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        rc = "still running"
+    check(rc == 0, "EOF on fd 3 -> exit 0", rc)
+    SESSIONS.pop(lang, None)
+    s.close()
+
+
+def bench(lang, n=2000):
+    s = fresh(lang)
+    setup, cell = {"python": ("x = 0", "x += 1"), "javascript": ("let x = 0", "x += 1"), "bash": ("x=0", "x=$((x+1))")}[lang]
+    s.execute(setup)
+    for _ in range(50):
+        s.execute(cell)
+    times = []
+    for _ in range(n):
+        r = s.execute(cell)
+        if r["response"]["status"] != "ok":
+            raise Check("bench cell failed: %r" % r)
+        times.append(r["elapsed"])
+    r = s.execute({"python": "result = x", "javascript": "result = x", "bash": "echo $x"}[lang])
+    total = 2000 + 50 + 1 if lang != "bash" else None
+    times.sort()
+    return statistics.median(times) * 1e3, times[int(len(times) * 0.9)] * 1e3, (r["response"]["result"], r["stdout"])
+
+
+def main():
+    args = sys.argv[1:]
+    only = None
+    do_bench = "--no-bench" not in args
+    if "-k" in args:
+        only = args[args.index("-k") + 1]
+    global PASSED, FAILED
+    for name, lang, f in TESTS:
+        if only and only not in name:
+            continue
+        t0 = time.monotonic()
+        try:
+            f(lang)
+            PASSED += 1
+            print("PASS  %-50s %6.0f ms" % (name, (time.monotonic() - t0) * 1e3))
+        except Exception as e:  # noqa: BLE001 - any failure of a check is reported
+            FAILED += 1
+            detail = str(e) if isinstance(e, Check) else traceback.format_exc()
+            FAILURES.append((name, detail))
+            print("FAIL  %-50s\n      %s" % (name, detail.replace("\n", "\n      ")))
+            # A failed check may have left the session in any state: start over.
+            old = SESSIONS.pop(lang, None)
+            if old is not None:
+                try:
+                    os.killpg(old.proc.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+                old.close()
+    if do_bench and not only:
+        print()
+        print("round trip of a trivial cell (2000 cells, after 50 warm-up):")
+        for lang, label in (("python", "x += 1"), ("javascript", "x += 1"), ("bash", "x=$((x+1))")):
+            try:
+                med, p90, final = bench(lang)
+                PASSED += 1
+                print("  %-10s %-12s median %.3f ms   p90 %.3f ms   (final x: %r)" % (lang, label, med, p90, final[0] if final[0] is not None else final[1].strip()))
+            except Exception:  # noqa: BLE001
+                FAILED += 1
+                print("FAIL  bench %s\n%s" % (lang, traceback.format_exc()))
+    for s in list(SESSIONS.values()):
+        s.close()
+    print()
+    print("%d passed, %d failed" % (PASSED, FAILED))
+    return 1 if FAILED else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
