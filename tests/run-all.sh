@@ -45,6 +45,9 @@ for t in tests/*.rs; do
   cargo test --quiet --test "$name"
 done
 
+say "language drivers, standalone (tests/driver_harness.py)"
+/usr/bin/python3 tests/driver_harness.py --no-bench
+
 # --- 4. The conformance suite ----------------------------------------------------------------
 conformance=$(cargo test --no-run --message-format=json --test conformance 2>/dev/null \
   | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)

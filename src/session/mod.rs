@@ -420,9 +420,11 @@ impl Session {
         // Output left over from between cells (a background process) belongs to no cell.
         while run.stdout.try_recv().is_ok() {}
         while run.stderr.try_recv().is_ok() {}
+        // Unread terminal input belongs to no cell (and a stale ^D would end an interactive
+        // read at once): drop it. A non-interactive cell then gets one queued EOF, so a read of
+        // stdin returns at once (the Python and bash drivers also point fd 0 at /dev/null).
+        run.control.flush_terminal_input()?;
         if !opts.interactive {
-            // A read of stdin sees EOF: drop unread input, then queue one end-of-file.
-            run.control.flush_terminal_input()?;
             let _ = run.terminal_in.write_all(b"\x04").await;
         }
         let sent = async {

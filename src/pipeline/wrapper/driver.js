@@ -12,37 +12,44 @@
 //   2. Each request on fd 3 is an ASCII header line
 //        ID NONCE INTERACTIVE PRELUDE_LEN CODE_LEN\n
 //      (NONCE: 32 lowercase hex; INTERACTIVE: 0|1; lengths in bytes) followed by exactly
-//      PRELUDE_LEN bytes of prelude (a JSON object, or empty: each key becomes a property of
-//      globalThis) and CODE_LEN bytes of UTF-8 code.
+//      PRELUDE_LEN bytes of prelude (a JSON object, or empty: each key becomes a variable)
+//      and CODE_LEN bytes of UTF-8 code.
 //   3. When the cell ends (its completion, including any top-level await, an uncaught
-//      exception, or an interrupt) the driver writes the end marker "\x1esandpit-end:NONCE\x1e"
-//      with fs.writeSync on fd 1 and on fd 2 (console output is synchronous on a terminal and
-//      on a pipe, so everything the cell printed is before it), then one line on fd 4:
+//      exception, or an interrupt) the driver waits until process.stdout/stderr have written
+//      out what they queued, writes the end marker "\x1esandpit-end:NONCE\x1e" with
+//      fs.writeSync on fd 1 and on fd 2, then one line on fd 4:
 //        {"id":ID,"nonce":"NONCE","status":"ok"|"error"|"interrupted","exit_code":N,
 //         "result":JSON|null,"exception":null|{"type","message","traceback"},"warnings":[...]}
 //   4. EOF on fd 3: exit 0.
 //
 // How a cell runs
-//   - Through V8's REPL mode (the one the DevTools console uses), reached with the in-process
-//     inspector's Runtime.evaluate {replMode: true}: top-level await works, let/const/class
-//     declarations persist from cell to cell, and a cell may declare them again.
-//   - The evaluation is started inside a vm script run with breakOnSigint, so a synchronous
-//     endless loop is stopped by SIGINT; while the cell waits on a promise, a process SIGINT
-//     listener ends the wait.  Either way the cell reports "interrupted" and the session
-//     keeps its state.  (Code running after an `await`, or in a timer, cannot be stopped.)
-//   - Code compiled by the inspector has no module loader, so `import(` in the cell is
-//     rewritten to a loader call of the driver's (resolving like `node -e`, from the cwd).
+//   - A cell that declares no let/const/class runs as a plain script (vm.Script, named
+//     cell-ID).  Any other cell, and one that does not compile as a script (top-level await,
+//     a syntax error), runs in V8's REPL mode (the DevTools console's), reached through the
+//     in-process inspector (Runtime.evaluate {replMode: true}): top-level await works,
+//     let/const/class declarations persist from cell to cell, and a cell may declare them
+//     again.  The plain path only exists for speed; both share one global scope, and as the
+//     plain path never declares a lexical name, the two behave alike.
+//   - Both start inside a vm script run with breakOnSigint, so a synchronous endless loop is
+//     stopped by SIGINT; while the cell waits on a promise, a process SIGINT listener ends
+//     the wait.  Either way the cell reports "interrupted" (130) and the session keeps its
+//     state.  (Code that runs after an `await`, or in a timer, cannot be stopped.)
+//   - Code compiled by the inspector has no module loader, so `import(` in a cell is
+//     rewritten (textually) to a loader call of the driver's, resolving like `node -e` does.
 //   - An exception thrown by a timer or callback while a cell waits ends that cell with the
 //     exception; outside a cell (and for unhandled rejections) it is printed on stderr and
 //     the session carries on.
-//   - result: the value of `result` (a global or a top-level let/const/var) if the cell bound
-//     it: it did not exist, it is another value than before, or the code assigns `result =`.
-//     undefined is null; a value JSON cannot encode is returned as util.inspect() text with
-//     a warning.
+//   - result: the value of `result` (a global, or a top-level let/const/var) if the cell
+//     bound it: it did not exist, it is another value than before, or the code assigns
+//     `result =`.  undefined is null; a value JSON cannot encode is returned as its
+//     util.inspect() text with a warning.
+//   - input_data: each key is assigned as `key = value` (so a let of that name from an
+//     earlier cell gets it too), else set on globalThis.
+//   - console output is not coloured (stdout reports a colour depth of 1).
 //   - Non-interactive stdin: the host queues an end-of-file (^D) on the terminal before the
 //     request, so reads of fd 0 get EOF; the driver does nothing about stdin.
 //   - process.exit() ends the interpreter; the host restarts the session.
-//   - Without an inspector (a node built without it) cells run as plain vm scripts: no
+//   - Without an inspector (a node built without it) every cell is a plain script: no
 //     top-level await and no re-declaration.
 //
 // Everything is inside this function so that cells see none of the driver's names, except
@@ -85,7 +92,11 @@
   }
 
   // Strings with lone surrogates would make the response line invalid JSON for the host.
-  const wellFormed = (s) => (typeof s === 'string' ? s.toWellFormed() : s);
+  const loneSurrogate = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
+  const wellFormed = (s) => {
+    if (typeof s !== 'string') return s;
+    return typeof s.toWellFormed === 'function' ? s.toWellFormed() : s.replace(loneSurrogate, '\uFFFD');
+  };
   function toJSON(value) {
     const s = JSON.stringify(value);
     if (s !== undefined && /\\ud[89a-f]/i.test(s)) {
@@ -93,6 +104,12 @@
     }
     return s;
   }
+
+  // stdout is a terminal, where console.log would colour what it inspects: the output is
+  // captured, not displayed, so report a colourless terminal.
+  try {
+    process.stdout.getColorDepth = () => 1;
+  } catch {}
 
   // ---- evaluation --------------------------------------------------------------------
   let session = null;
@@ -109,6 +126,8 @@
     code: '',
     callback: null,
     caught: undefined,
+    input: undefined,
+    missing: MISSING,
     run() {
       session.post(
         'Runtime.evaluate',
@@ -125,27 +144,28 @@
   };
   Object.defineProperty(globalThis, '__sandpit_driver__', { value: hook });
   const runner = new vm.Script('__sandpit_driver__.run()', { filename: 'sandpit-driver' });
-  const resultProbe = new vm.Script('result', { filename: 'sandpit-driver' });
+  const resultProbe = new vm.Script("typeof result === 'undefined' ? __sandpit_driver__.missing : result", { filename: 'sandpit-driver' });
 
-  // The current value of `result`, wherever it is declared, or MISSING.
+  // The current value of `result`, wherever it is declared (a global, or a let/const of a
+  // cell), or MISSING; `typeof` does not throw for a name that does not exist.
   function readResult() {
-    const limit = Error.stackTraceLimit;
     try {
-      Error.stackTraceLimit = 0; // the ReferenceError when it does not exist: make it cheap
       return resultProbe.runInThisContext();
     } catch {
-      return MISSING;
-    } finally {
-      try {
-        Error.stackTraceLimit = limit;
-      } catch {}
+      return MISSING; // a let result still in its temporal dead zone
     }
   }
 
-  // Drops the driver's frames (the inspector call and below) from a stack.
+  // Drops the driver's frames from a stack: everything below the outermost frame of a cell
+  // (only node's and the driver's glue is there), or else below the inspector/driver call.
   function cleanStack(stack) {
     const lines = stack.split('\n');
-    const cut = lines.findIndex((l) => /^\s+at .*(node:inspector:|sandpit-driver:|\[eval\]:)/.test(l));
+    let last = -1;
+    for (let i = 1; i < lines.length; i++) {
+      if (/^\s+at .*\bcell-\d+:\d+:\d+\)?$/.test(lines[i])) last = i;
+    }
+    if (last >= 0) return lines.slice(0, last + 1).join('\n');
+    const cut = lines.findIndex((l) => /^\s+at .*(node:inspector:|node:vm:|sandpit-driver:|\[eval\]:)/.test(l));
     return (cut < 0 ? lines : lines.slice(0, cut)).join('\n');
   }
 
@@ -191,16 +211,36 @@
     runCell(queue.shift());
   }
 
+  // input_data: each key becomes a variable. Assigned by a script (`key = value`) so that a
+  // let/var of that name from an earlier cell gets the value too; a key that is not an
+  // identifier only becomes a property of globalThis.
+  function setInputs(input, warnings) {
+    for (const key of Object.keys(input)) {
+      hook.input = input[key];
+      try {
+        if (!/^[A-Za-z_$][\w$]*$/.test(key)) throw new SyntaxError(key);
+        vm.runInThisContext(`${key} = __sandpit_driver__.input`, { filename: 'sandpit-driver' });
+      } catch (e) {
+        try {
+          globalThis[key] = input[key];
+        } catch {}
+        if (e instanceof TypeError) warnings.push(`input_data ${key}: a const of that name hides the value`);
+      }
+    }
+    hook.input = undefined;
+  }
+
+  const INTERRUPTED = 'ERR_SCRIPT_EXECUTION_INTERRUPTED';
+  const lexicalDeclaration = /\b(?:let|const|class)\b/;
+  const cellFrame = /\n\s+at .*\bcell-\d+:\d+:\d+/;
+
   function runCell(req) {
     const cell = { id: req.id, nonce: req.nonce, done: false, before: MISSING, assigns: false, warnings: [] };
     current = cell;
     const name = `cell-${req.id}`;
     let code = req.code;
     try {
-      if (req.prelude.length > 0) {
-        const input = JSON.parse(req.prelude);
-        for (const key of Object.keys(input)) globalThis[key] = input[key];
-      }
+      if (req.prelude.length > 0) setInputs(JSON.parse(req.prelude), cell.warnings);
     } catch (e) {
       finish(cell, 'error', 1, describe(e));
       return;
@@ -209,24 +249,44 @@
     cell.assigns = code.includes('result') && assignsResult.test(code);
     if (code.includes('import')) code = code.replace(/(^|[^\w$.])import(\s*\()/g, '$1__sandpit_driver__.import$2');
 
-    if (session === null) {
-      // Fallback: a plain script, synchronous.
+    // The fast path: a cell that declares no let/const/class runs as a plain vm script (a
+    // normal script and a REPL-mode one behave alike when neither declares a lexical name).
+    // Anything that does not compile as a plain script (top-level await, a syntax error) or
+    // clashes with a declaration goes to REPL mode, which also gives a syntax error's place.
+    if (session === null || !lexicalDeclaration.test(code)) {
+      let script = null;
       try {
-        new vm.Script(code, { filename: name }).runInThisContext({ breakOnSigint: true });
-        finish(cell, 'ok', 0, null);
+        script = new vm.Script(code, { filename: name });
       } catch (e) {
-        if (e && e.code === 'ERR_SCRIPT_EXECUTION_INTERRUPTED') finish(cell, 'interrupted', 130, null);
-        else finish(cell, 'error', 1, describe(e));
+        if (session === null) {
+          finish(cell, 'error', 1, describe(e));
+          return;
+        }
       }
-      return;
+      if (script !== null) {
+        try {
+          script.runInThisContext({ breakOnSigint: true, displayErrors: false });
+          // Let what the cell queued (ticks, rejection reports) run before its end marker.
+          setImmediate(finish, cell, 'ok', 0, null);
+          return;
+        } catch (e) {
+          const clash = e instanceof SyntaxError && session !== null && /has already been declared/.test(e.message) && !cellFrame.test(String(e.stack));
+          if (!clash) {
+            if (e && e.code === INTERRUPTED) finish(cell, 'interrupted', 130, null);
+            else finish(cell, 'error', 1, describe(e));
+            return;
+          }
+        }
+      }
     }
 
+    // REPL mode through the inspector; the evaluation is started within a breakOnSigint run.
     hook.code = `${code}\n//# sourceURL=${name}`;
     hook.callback = (err, res) => evaluated(cell, err, res, code, name);
     try {
       runner.runInThisContext({ breakOnSigint: true });
     } catch (e) {
-      if (e && e.code === 'ERR_SCRIPT_EXECUTION_INTERRUPTED') finish(cell, 'interrupted', 130, null);
+      if (e && e.code === INTERRUPTED) finish(cell, 'interrupted', 130, null);
       else finish(cell, 'error', 1, describe(e));
     }
   }
@@ -279,7 +339,6 @@
   function finish(cell, status, exitCode, exception) {
     if (cell.done) return;
     cell.done = true;
-    if (current === cell) current = null;
 
     let result = 'null';
     const after = readResult();
@@ -297,18 +356,29 @@
       result = json;
     }
 
-    const marker = Buffer.from(`\x1esandpit-end:${cell.nonce}\x1e`);
-    for (const fd of [1, 2]) {
-      try {
-        writeAll(fd, marker);
-      } catch {}
-    }
-    writeAll(
-      responseFd,
+    const response =
       `{"id":${cell.id},"nonce":"${cell.nonce}","status":"${status}","exit_code":${exitCode},` +
-        `"result":${result},"exception":${JSON.stringify(exception)},"warnings":${JSON.stringify(cell.warnings)}}\n`,
-    );
-    runNext();
+      `"result":${result},"exception":${JSON.stringify(exception)},"warnings":${JSON.stringify(cell.warnings)}}\n`;
+    whenFlushed(() => {
+      const marker = Buffer.from(`\x1esandpit-end:${cell.nonce}\x1e`);
+      for (const fd of [1, 2]) {
+        try {
+          writeAll(fd, marker);
+        } catch {}
+      }
+      writeAll(responseFd, response);
+      if (current === cell) current = null;
+      runNext();
+    });
+  }
+
+  // Calls `then` once process.stdout and process.stderr have written out everything queued:
+  // a write larger than a full pipe is finished asynchronously, and must come before the
+  // end marker.
+  function whenFlushed(then) {
+    const busy = [process.stdout, process.stderr].some((s) => s.writableLength > 0 && !s.destroyed);
+    if (busy) setTimeout(whenFlushed, 1, then);
+    else then();
   }
 
   // ---- signals and stray errors ----------------------------------------------------------
@@ -340,13 +410,15 @@
       if (header === null) {
         const nl = pending.indexOf(10);
         if (nl < 0) break;
-        const fields = pending.toString('latin1', 0, nl).trim().split(/\s+/);
+        const line = pending.toString('latin1', 0, nl);
         pending = pending.subarray(nl + 1);
-        if (fields.length !== 5 || !/^[0-9a-f]+$/.test(fields[1])) {
-          writeAll(2, `sandpit driver: bad request header: ${JSON.stringify(fields.join(' ').slice(0, 200))}\n`);
+        const m = /^(\d+) ([0-9a-f]+) ([01]) (\d+) (\d+)$/.exec(line.trim());
+        if (m === null) {
+          writeAll(2, `sandpit driver: bad request header: ${JSON.stringify(line.slice(0, 200))}\n`);
           process.exit(2);
         }
-        header = { id: Number(fields[0]), nonce: fields[1], interactive: fields[2] === '1', plen: Number(fields[3]), clen: Number(fields[4]) };
+        // The id is echoed as the digits received (exact for any u64).
+        header = { id: m[1].replace(/^0+(?=\d)/, ''), nonce: m[2], interactive: m[3] === '1', plen: Number(m[4]), clen: Number(m[5]) };
       }
       if (pending.length < header.plen + header.clen) break;
       const { plen, clen } = header;

@@ -27,39 +27,63 @@
 #   - result: the value of the global `result` if the cell bound it (it did not exist before,
 #     it is another object than before, or the cell's top level assigns to it); a value JSON
 #     cannot encode is returned as its repr() with a warning.
-#   - INTERACTIVE 0: fd 0 is /dev/null and sys.stdin reads it, so reads get EOF at once.
-#     INTERACTIVE 1: fd 0 is the terminal.
+#   - INTERACTIVE 0: fd 0 is /dev/null and sys.stdin reads it, so reads get EOF at once;
+#     afterwards the driver drops the ^D the host queued on the terminal for the cell.
+#     INTERACTIVE 1: fd 0 is the terminal (and sys.stdin the usual object).  fd 0 is only
+#     switched when the kind of cell changes.
 #   - SIGINT (the host signals the whole process group) raises KeyboardInterrupt in the cell
 #     (status "interrupted", exit_code 130); between cells SIGINT is ignored.
 #   - sys.exit(n) ends the cell with exit_code n (status "ok" for 0), not the session.
 #   - Cells may use top-level `await` (run on one persistent asyncio event loop).
-#   - Tracebacks name cells "<cell-ID>"; the source is kept in linecache, so tracebacks and
-#     inspect.getsource() show the lines of any earlier cell.
+#   - Tracebacks name cells "<cell-ID>"; the source (of cells up to 1 MiB) is kept in
+#     linecache, so tracebacks and inspect.getsource() show the lines of any earlier cell.
 #
 # Everything lives inside _driver() so that user code sees none of the driver's names.
 
 
 def _driver():
+    # Start-up cost is every session's cold start: only C-level modules here. json (with re
+    # and enum, ~10 ms) loads on first use; linecache (with tokenize and re) once a cell runs.
     import os
     import sys
-    import json
-    import signal
-    import linecache
+    import _signal as signal  # the C module behind `signal`, without its enum wrappers
     import termios
     import types
 
     write = os.write
+    driver_pid = os.getpid()
+    # Cells may import modules they (or the request's files) put in the workspace.
+    sys.path.insert(0, os.environ.get("SANDPIT_WORKSPACE") or os.getcwd())
     # ensure_ascii=False: a lone surrogate stays a character, which the final encode turns
     # into "?" (as a \udXXXX escape it would make the line invalid JSON for the host).
-    dumps = json.JSONEncoder(ensure_ascii=False).encode
-    loads = json.loads
-    strict_dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False).encode
+    encoders = []
+
+    def json_module():
+        if not encoders:
+            import json
+
+            encoders.append(json)
+        return encoders[0]
+
+    def dumps(value):
+        if value is None:
+            return "null"
+        if value == []:
+            return "[]"
+        return json_module().JSONEncoder(ensure_ascii=False).encode(value)
+
+    def loads(text):
+        return json_module().loads(text)
+
+    def strict_dumps(value):
+        return json_module().JSONEncoder(ensure_ascii=False, allow_nan=False).encode(value)
     sigint = signal.SIGINT
     set_signal = signal.signal
     SIG_IGN = signal.SIG_IGN
     MISSING = object()
+    MAX_KEPT_SOURCE = 1 << 20  # cells larger than this are not kept for tracebacks
     CO_COROUTINE = 0x80  # inspect.CO_COROUTINE
-    TOP_LEVEL_AWAIT = getattr(__import__("ast"), "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0)
+    TOP_LEVEL_AWAIT = 0x2000  # ast.PyCF_ALLOW_TOP_LEVEL_AWAIT (stable since 3.8; ast costs ~2 ms)
 
     # The request/response pipes are inherited from the host: keep them out of anything the
     # code spawns (os.system, os.exec*, subprocess with close_fds=False).
@@ -91,7 +115,20 @@ def _driver():
     loop = None  # the asyncio event loop for cells with top-level await, made on first use
     tb_module = None
 
+    # Cell sources go to linecache (for tracebacks and inspect.getsource) off the critical
+    # path: after the response, or before formatting a traceback. linecache imports re.
+    pending_sources = {}
+
+    def keep_sources():
+        if pending_sources:
+            import linecache
+
+            for name, code in pending_sources.items():
+                linecache.cache[name] = (len(code), None, code.splitlines(True), name)
+            pending_sources.clear()
+
     def format_exception(e, tb):
+        keep_sources()
         nonlocal tb_module
         if tb_module is None:
             import traceback as tb_module
@@ -151,7 +188,8 @@ def _driver():
                     g.update(loads(prelude))
                     before = g.get("result", MISSING)
                 name = "<cell-%d>" % cid
-                linecache.cache[name] = (len(code), None, code.splitlines(True), name)
+                if len(code) <= MAX_KEPT_SOURCE:
+                    pending_sources[name] = code
                 co = compile(code, name, "exec", TOP_LEVEL_AWAIT, True)
                 if co.co_flags & CO_COROUTINE:
                     # Top-level await: the code object evaluates to a coroutine.
@@ -167,6 +205,8 @@ def _driver():
                 while True:
                     try:
                         cell_handler = set_signal(sigint, SIG_IGN)
+                        if cell_handler is None:  # installed outside Python: use the default
+                            cell_handler = signal.default_int_handler
                         break
                     except KeyboardInterrupt:
                         pass
@@ -177,7 +217,7 @@ def _driver():
             if code_ is None:
                 exit_code = 0
             elif isinstance(code_, int):
-                exit_code = code_
+                exit_code = code_ if -(1 << 31) <= code_ < (1 << 31) else 1  # the host's i32
             else:  # like the interpreter: print the object, exit status 1
                 try:
                     print(code_, file=sys.stderr)
@@ -212,6 +252,10 @@ def _driver():
                 warnings.append("result is not JSON-serialisable; returned its repr")
 
         flush_streams()
+        if os.getpid() != driver_pid:
+            # A process the cell forked (os.fork without exec) reached the end of the cell:
+            # it ends here, as if the cell were its whole program; only the driver reports.
+            os._exit(0 if status == "ok" else (exit_code or 1) & 0xFF)
         marker = b"\x1esandpit-end:" + nonce + b"\x1e"
         for fd in (1, 2):
             try:
@@ -221,9 +265,10 @@ def _driver():
         response = '{"id":%d,"nonce":"%s","status":"%s","exit_code":%d,"result":%s,"exception":%s,"warnings":%s}\n' % (
             cid, nonce.decode(), status, exit_code, result, dumps(exception), dumps(warnings))
         write_all(4, response.encode("utf-8", "replace"))
+        keep_sources()
 
-    write_all(4, (dumps({"ready": True, "language": "python", "version": sys.version.split()[0],
-                         "pid": os.getpid()}) + "\n").encode())
+    write_all(4, ('{"ready":true,"language":"python","version":"%s","pid":%d}\n'
+                  % (sys.version.split()[0], os.getpid())).encode())
 
     while True:
         header = requests.readline()

@@ -1,4 +1,4 @@
-__sp_cell() { builtin trap "$__sp_on_int" INT; builtin trap "$__sp_on_err" ERR; builtin set -E$__sp_flags; builtin eval "$__sp_code"; { __sp_st=$? __sp_f=$-; builtin set +exv; } 2>/dev/null; builtin eval "$__sp_save"; builtin return $__sp_st; }
+__sp_cell() { __sp_in_cell=1; builtin trap "$__sp_on_int" INT; builtin trap "$__sp_on_err" ERR; builtin set -E$__sp_flags; builtin eval "$__sp_code"; { __sp_st=$?; [[ -n $__sp_f ]] || __sp_f=$-; builtin set +exv; } 2>/dev/null; builtin eval "$__sp_save"; builtin return $__sp_st; }
 # ^ __sp_cell runs one cell (see "How a cell runs" below). It sits on line 1 because bash
 #   numbers the lines of an eval from the line of the eval: on line 1, error messages give
 #   the cell's own line numbers ("environment: eval: line 2: syntax error ...").
@@ -34,8 +34,8 @@ __sp_cell() { builtin trap "$__sp_on_int" INT; builtin trap "$__sp_on_err" ERR; 
 #     out of __sp_cell.  A loop inside a function the cell calls is aborted as well.
 #   - Cells run as if at the top level: variables the cell declares with declare/typeset/
 #     local (which inside a function would be local to it) are copied to the global scope
-#     when the cell ends (written out with `local -p` on every way out of __sp_cell except a
-#     `return` in the cell's code, then sourced at the top level).
+#     when the cell ends (written out with `local -p` to $TMPDIR on every way out of
+#     __sp_cell except a `return` in the cell's code, then sourced at the top level).
 #   - With fds 3 and 4 closed (user commands never see them), and for non-interactive
 #     cells with stdin from /dev/null, so reads get EOF at once.  After a non-interactive
 #     cell the driver reads away the ^D the host queued on the terminal for it, so that it
@@ -43,33 +43,55 @@ __sp_cell() { builtin trap "$__sp_on_int" INT; builtin trap "$__sp_on_err" ERR; 
 #   - `set -e`: a failing command ends the cell (exit status = the command's), not the
 #     session: an ERR trap (inherited into functions with set -E) unwinds like an interrupt.
 #     The option stays on for the next cell, like the other options (-u, -x, -v, pipefail).
-#   - `exit`, and an expansion error under `set -u`, end the shell as in any bash script;
-#     the host sees the interpreter exit and restarts the session.
+#   - `exit [N]` in a cell ends the cell with status N (0: "ok"), not the session: `exit` is
+#     a function that unwinds like an interrupt (in subshells it is the real exit).
+#     `builtin exit`, and an expansion error under `set -u`, end the shell as in any bash
+#     script: the host sees the interpreter exit and restarts the session.
 #   - Between cells SIGINT is ignored and the driver's own commands run with -e -u -x -v
 #     off; each cell gets the user's options back.
 #   - Bash strings cannot hold NUL bytes: a NUL in the code or prelude is dropped.
 
-# Trap texts. Each way out of a cell first records the shell options in __sp_f and turns off
-# -e -x -v (silently); __sp_save copies the cell's locals out (only in __sp_cell's frame).
-__sp_save='[[ ${FUNCNAME-} == __sp_cell ]] && { builtin local -p >"$__sp_locals"; } 2>/dev/null || :'
+# Trap texts. The first way out of a cell records the shell options in __sp_f, and each
+# turns off -e -x -v (silently: its xtrace goes to /dev/null). __sp_save writes the cell's
+# locals out when the cell may have declared some (__sp_keep), only from __sp_cell's frame.
+__sp_save='[[ -n $__sp_keep && ${FUNCNAME-} == __sp_cell ]] && { builtin local -p >"$__sp_locals"; } 2>/dev/null || :'
 __sp_unwind='if [[ ${FUNCNAME-} ]]; then '$__sp_save'; builtin return $__sp_st; fi'
-__sp_on_int='{ __sp_f=$-; builtin set +exv; } 2>/dev/null; __sp_int=1 __sp_st=130; builtin trap "$__sp_unwind" DEBUG; '$__sp_save'; builtin return 130'
-__sp_on_err='__sp_st=$?; if [[ $- == *e* && $BASHPID == $$ ]]; then { __sp_f=$-; builtin set +exv; } 2>/dev/null; if [[ ${FUNCNAME-} ]]; then builtin trap "$__sp_unwind" DEBUG; '$__sp_save'; builtin return $__sp_st; fi; fi'
+__sp_on_int='{ [[ -n $__sp_f ]] || __sp_f=$-; builtin set +exv; } 2>/dev/null; __sp_int=1 __sp_st=130; if [[ ${FUNCNAME-} ]]; then builtin trap "$__sp_unwind" DEBUG; '$__sp_save'; builtin return 130; fi'
+__sp_on_err='__sp_st=$?; if [[ $- == *e* && $BASHPID == $$ ]]; then { [[ -n $__sp_f ]] || __sp_f=$-; builtin set +exv; } 2>/dev/null; if [[ ${FUNCNAME-} ]]; then builtin trap "$__sp_unwind" DEBUG; '$__sp_save'; builtin return $__sp_st; fi; fi'
 __sp_locals="${TMPDIR:-/tmp}/.sandpit-bash-locals.$$"
-__sp_flags=   # the user's -e -u -x -v, put back for each cell
+__sp_in_cell=
 
-# Reads exactly $1 bytes from fd 3 into __sp_buf. LC_ALL=C (local to the function) makes
-# read -n and ${#...} count bytes. read -d '' stops at a NUL byte, which bash cannot store:
+# `exit` in a cell ends the cell with that status (like sys.exit in the Python driver), not
+# the session. In a subshell, and outside a cell, it is the real exit.
+exit() {
+    __sp_st=$?
+    if [[ $BASHPID != "$$" || -z $__sp_in_cell ]]; then builtin exit "${@:-$__sp_st}"; fi
+    if [[ $# -gt 0 ]]; then
+        if [[ $1 =~ ^[-+]?[0-9]+$ ]]; then __sp_st=$(($1 & 255)); else
+            builtin printf 'exit: %s: numeric argument required\n' "$1" >&2
+            __sp_st=2
+        fi
+    fi
+    { [[ -n $__sp_f ]] || __sp_f=$-; builtin set +exv; } 2>/dev/null
+    builtin trap "$__sp_unwind" DEBUG
+    builtin return $__sp_st
+}
+__sp_flags= # the user's -e -u -x -v, put back for each cell
+
+# Reads exactly $1 bytes from fd 3 into __sp_buf. The C locale (local to the function) makes
+# read -n and ${#...} count bytes; LC_CTYPE is cheaper to switch than LC_ALL, which is only
+# needed when the user set LC_ALL. read -d '' stops at a NUL byte, which bash cannot store:
 # it is consumed and counted, so the framing stays in step.
 __sp_read() {
-    local LC_ALL=C want=$1 chunk
+    if [[ -n ${LC_ALL+set} ]]; then local LC_ALL=C; else local LC_CTYPE=C; fi
+    local want=$1 chunk
     __sp_buf=
     while ((want > 0)); do
         IFS= builtin read -r -d '' -n "$want" -u 3 chunk
         case $?,$((${#chunk} == want)) in
-        *,1) want=0 ;;                       # the whole rest
-        0,0) ((want -= ${#chunk} + 1)) ;;    # stopped at a NUL
-        *) return 1 ;;                       # EOF
+        *,1) want=0 ;;                    # the whole rest
+        0,0) ((want -= ${#chunk} + 1)) ;; # stopped at a NUL
+        *) return 1 ;;                    # EOF
         esac
         __sp_buf+=$chunk
     done
@@ -81,11 +103,21 @@ builtin printf '{"ready":true,"language":"bash","version":"%s","pid":%d}\n' "${B
 
 while :; do
     IFS=' ' builtin read -r -u 3 __sp_id __sp_nonce __sp_inter __sp_plen __sp_clen || break
-    __sp_read "$__sp_plen" || break
-    __sp_prelude=$__sp_buf
-    __sp_read "$__sp_clen" || break
-    __sp_code=$__sp_buf
-    __sp_int=0 __sp_f=
+    __sp_prelude= __sp_code=
+    if ((__sp_plen > 0)); then
+        __sp_read "$__sp_plen" || break
+        __sp_prelude=$__sp_buf
+    fi
+    if ((__sp_clen > 0)); then
+        __sp_read "$__sp_clen" || break
+        __sp_code=$__sp_buf
+    fi
+    __sp_int=0 __sp_f= __sp_keep=
+    # Only these can leave variables local to __sp_cell (source/eval/. may run a declare).
+    if [[ $__sp_code == *declare* || $__sp_code == *typeset* || $__sp_code == *local* ||
+        $__sp_code == *source* || $__sp_code == *eval* || $__sp_code == *". "* ]]; then
+        __sp_keep=1
+    fi
     if [[ -n $__sp_prelude ]]; then
         builtin eval "$__sp_prelude" 3<&- 4>&-
     fi
@@ -94,28 +126,21 @@ while :; do
     else
         __sp_cell </dev/null 3<&- 4>&-
     fi
-    # Back in the driver: record the cell's status and options, then drop the options and
-    # traps that would disturb the driver (silently: xtrace output goes to /dev/null here).
-    {
-        __sp_rc=$?
-        [[ -n $__sp_f ]] || __sp_f=$-
-        builtin set +euxv
-        builtin trap '' INT
-        builtin trap - DEBUG ERR
-    } 2>/dev/null
-    if [[ $__sp_inter != 1 ]]; then
-        while builtin read -t 0 -u 0 2>/dev/null; do
-            builtin read -r -t 0.05 -u 0 __sp_junk 2>/dev/null || break
+    # Back in the driver. Options and xtrace are already off on every way out of __sp_cell
+    # but a `return` in the cell's code; -u goes off here.
+    __sp_rc=$? __sp_in_cell=
+    [[ -n $__sp_f ]] || { __sp_f=$-; builtin set +exv; } 2>/dev/null
+    builtin set +u
+    builtin trap '' INT
+    builtin trap - DEBUG ERR
+    if [[ $__sp_inter != 1 && -t 0 ]]; then
+        # Read away the ^D the host queued on the terminal for this cell, whose stdin was
+        # /dev/null, so that it cannot end a read in a later interactive cell. (Before the
+        # response: after it, the host may already type for the next cell.)
+        for __sp_junk in 1 2 3 4; do
+            builtin read -t 0 -u 0 && builtin read -r -t 0.05 -u 0 __sp_junk || break
         done
     fi
-    if [[ -s $__sp_locals ]]; then
-        builtin source "$__sp_locals" 2>/dev/null
-    fi
-    __sp_flags=
-    [[ $__sp_f == *e* ]] && __sp_flags+=e
-    [[ $__sp_f == *u* ]] && __sp_flags+=u
-    [[ $__sp_f == *x* ]] && __sp_flags+=x
-    [[ $__sp_f == *v* ]] && __sp_flags+=v
     if ((__sp_int)); then
         __sp_status=interrupted __sp_rc=130
     elif ((__sp_rc)); then
@@ -127,5 +152,16 @@ while :; do
     builtin printf '\036sandpit-end:%s\036' "$__sp_nonce" >&2
     builtin printf '{"id":%d,"nonce":"%s","status":"%s","exit_code":%d,"result":null,"exception":null,"warnings":[]}\n' \
         "$__sp_id" "$__sp_nonce" "$__sp_status" "$__sp_rc" >&4
+
+    # Housekeeping after the response (anything printed now belongs to no cell).
+    if [[ -n $__sp_keep && -s $__sp_locals ]]; then
+        builtin source "$__sp_locals"
+        : >"$__sp_locals"
+    fi
+    __sp_flags=
+    [[ $__sp_f == *e* ]] && __sp_flags+=e
+    [[ $__sp_f == *u* ]] && __sp_flags+=u
+    [[ $__sp_f == *x* ]] && __sp_flags+=x
+    [[ $__sp_f == *v* ]] && __sp_flags+=v
 done
 builtin exit 0
