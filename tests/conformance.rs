@@ -326,6 +326,55 @@ mod functional {
         );
     }
 
+    pub async fn forked_children_do_not_take_over_the_session(ctx: Ctx) {
+        let mut s = ctx.session(Language::Python).await;
+        for i in 0..3 {
+            let r = exec(
+                &mut s,
+                &format!("import os, time\nif os.fork() == 0:\n    time.sleep(0.05)\nresult = {i}"),
+            )
+            .await;
+            assert_eq!(r.result, Some(serde_json::json!(i)), "cell {i}: {r:?}");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        let r = exec(&mut s, "result = 'still the driver'").await;
+        assert_eq!(
+            r.result,
+            Some(serde_json::json!("still the driver")),
+            "{r:?}"
+        );
+        s.kill().await;
+    }
+
+    pub async fn workspace_modules_import(ctx: Ctx) {
+        let mut req = ExecRequest::new(Language::Python, "import helper\nresult = helper.answer()");
+        req.files.push(sandpit::types::FileSpec {
+            path: "helper.py".into(),
+            content: "def answer():\n    return 42\n".into(),
+            encoding: Default::default(),
+        });
+        let r = ctx.request(req).await;
+        assert_eq!(r.result, Some(serde_json::json!(42)), "{r:?}");
+    }
+
+    pub async fn bash_exit_ends_the_cell_not_the_session(ctx: Ctx) {
+        let mut s = ctx.session(Language::Bash).await;
+        exec(&mut s, "kept=yes").await;
+        let r = exec(&mut s, "echo before; exit 3; echo not-reached").await;
+        assert_eq!(
+            (r.status, r.exit_code, r.stdout.as_str()),
+            (Status::Error, Some(3), "before\n"),
+            "{r:?}"
+        );
+        let r = exec(&mut s, "echo $kept").await;
+        assert_eq!(
+            (r.stdout.as_str(), r.session_restarted),
+            ("yes\n", false),
+            "{r:?}"
+        );
+        s.kill().await;
+    }
+
     pub async fn environment_is_clean(ctx: Ctx) {
         std::env::set_var("SANDPIT_TEST_HOST_SECRET", "host-secret-value");
         let r = ctx.run(Language::Python, "import os\nresult = {k: v for k, v in os.environ.items()}\nresult['cwd'] = os.getcwd()").await;
@@ -688,6 +737,9 @@ matrix!(functional; [linux, unsandboxed];
     invalid_utf8_is_replaced,
     files_in_and_out,
     environment_is_clean,
+    forked_children_do_not_take_over_the_session,
+    workspace_modules_import,
+    bash_exit_ends_the_cell_not_the_session,
 );
 
 matrix!(containment; [linux];

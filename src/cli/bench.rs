@@ -255,6 +255,7 @@ async fn measure_backend(
         let st = std::process::Command::new(&exe)
             .args(["run", "-b", kind.as_str(), "-l", "python", "pass"])
             .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
             .status()
             .map_err(|e| crate::Error::io("run sandpit", e))?;
         if !st.success() {
