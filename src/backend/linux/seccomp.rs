@@ -1,17 +1,19 @@
-//! The seccomp-bpf layer: `profiles/seccomp/*.json` (seccompiler's JSON format, commented rule by
-//! rule), merged per architecture and compiled with seccompiler. Pure until [`install`].
+//! The seccomp-bpf layer: `profiles/seccomp/sandbox.json` (an allowlist at least as strict as
+//! Docker's default profile, commented where it decides something), turned into seccompiler's
+//! JSON format per architecture and compiled. Pure until [`install`].
 //!
-//! Filters installed, in order: `deny` (EPERM for the syscalls in the profile, with an x32 prefix
-//! on x86-64), `clone3` (ENOSYS so libc falls back to an inspectable `clone`), and, when the
-//! execution has no network, `network` (EAFNOSUPPORT for every socket family but AF_UNIX).
-//! Syscalls of a foreign ABI (i386 on x86-64, arm32 on aarch64) kill the process: seccompiler
-//! puts an architecture check at the head of every filter.
+//! Filters installed, in order: `allow` (EPERM for anything not allowed, with an x32 prefix on
+//! x86-64), `clone3` (ENOSYS, so libc falls back to `clone`, whose flags `allow` checks), and,
+//! when the execution has no network, `network` (EAFNOSUPPORT for every socket family but
+//! AF_UNIX). The kernel returns the strictest answer of all filters and, between two errnos,
+//! the one of the filter installed last. Syscalls of a foreign ABI (i386 on x86-64, arm32 on
+//! aarch64) kill the process: seccompiler puts an architecture check at the head of every
+//! filter.
 
 use seccompiler::{BpfProgram, TargetArch};
+use serde_json::{json, Value};
 
-const COMMON: &str = include_str!("../../../profiles/seccomp/common.json");
-const X86_64: &str = include_str!("../../../profiles/seccomp/x86_64.json");
-const AARCH64: &str = include_str!("../../../profiles/seccomp/aarch64.json");
+const PROFILE: &str = include_str!("../../../profiles/seccomp/sandbox.json");
 
 /// The x32 ABI shares AUDIT_ARCH_X86_64 but sets this bit in the syscall number.
 const X32_SYSCALL_BIT: u32 = 0x4000_0000;
@@ -43,37 +45,55 @@ fn arch_name(arch: TargetArch) -> &'static str {
     }
 }
 
-/// The merged JSON profile for `arch`: common rules plus the architecture's own.
-fn merged_profile(arch: TargetArch) -> Result<serde_json::Value, SeccompError> {
+/// Drops the `comment` keys seccompiler's format does not have at every level we use.
+fn strip_comments(v: &mut Value) {
+    match v {
+        Value::Object(o) => {
+            o.remove("comment");
+            o.values_mut().for_each(strip_comments);
+        }
+        Value::Array(a) => a.iter_mut().for_each(strip_comments),
+        _ => {}
+    }
+}
+
+/// The names allowed unconditionally on `arch`.
+fn allowed_names(profile: &Value, arch: TargetArch) -> Vec<String> {
+    let allow = &profile["allow"];
+    ["common", arch_name(arch)]
+        .iter()
+        .flat_map(|k| allow[*k].as_array().cloned().unwrap_or_default())
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect()
+}
+
+/// seccompiler's JSON for `arch`: the `allow`, `clone3` and `network` filters.
+fn seccompiler_json(arch: TargetArch) -> Result<Value, SeccompError> {
     let err = |message: String| SeccompError::Profile {
         arch: arch_name(arch),
         message,
     };
-    let mut common: serde_json::Value =
-        serde_json::from_str(COMMON).map_err(|e| err(e.to_string()))?;
-    let extra = match arch {
-        TargetArch::x86_64 => X86_64,
-        TargetArch::aarch64 => AARCH64,
-        TargetArch::riscv64 => return Err(err("no profile for riscv64".into())),
-    };
-    let extra: serde_json::Value = serde_json::from_str(extra).map_err(|e| err(e.to_string()))?;
-    let extra_rules = extra["deny"]["filter"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    common["deny"]["filter"]
-        .as_array_mut()
-        .ok_or_else(|| err("deny.filter is not a list".into()))?
-        .extend(extra_rules);
-    // seccompiler's JSON format has no top-level comments; ours are documentation only.
-    if let Some(filters) = common.as_object_mut() {
-        for f in filters.values_mut() {
-            if let Some(o) = f.as_object_mut() {
-                o.remove("comment");
-            }
-        }
+    if arch == TargetArch::riscv64 {
+        return Err(err("no profile for riscv64".into()));
     }
-    Ok(common)
+    let profile: Value = serde_json::from_str(PROFILE).map_err(|e| err(e.to_string()))?;
+    let mut rules: Vec<Value> = allowed_names(&profile, arch)
+        .into_iter()
+        .map(|n| json!({ "syscall": n }))
+        .collect();
+    rules.extend(
+        profile["allow_with_arguments"]
+            .as_array()
+            .cloned()
+            .ok_or_else(|| err("allow_with_arguments is not a list".into()))?,
+    );
+    let mut out = json!({
+        "allow": { "mismatch_action": { "errno": libc::EPERM }, "match_action": "allow", "filter": rules },
+        "clone3": profile["clone3"].clone(),
+        "network": profile["network"].clone(),
+    });
+    strip_comments(&mut out);
+    Ok(out)
 }
 
 /// The filters to install for `arch`, in installation order, as `(name, program)`.
@@ -81,8 +101,7 @@ pub fn compile(
     arch: TargetArch,
     deny_network: bool,
 ) -> Result<Vec<(String, BpfProgram)>, SeccompError> {
-    let profile = merged_profile(arch)?;
-    let text = profile.to_string();
+    let text = seccompiler_json(arch)?.to_string();
     let mut map = seccompiler::compile_from_json(text.as_bytes(), arch).map_err(|e| {
         SeccompError::Profile {
             arch: arch_name(arch),
@@ -95,12 +114,12 @@ pub fn compile(
             message: format!("filter {name} missing"),
         })
     };
-    let mut deny = take("deny")?;
+    let mut allow = take("allow")?;
     if arch == TargetArch::x86_64 {
-        deny = with_x32_prefix(deny);
+        allow = with_x32_prefix(allow);
     }
     let mut out = vec![
-        ("deny".to_string(), deny),
+        ("allow".to_string(), allow),
         ("clone3".to_string(), take("clone3")?),
     ];
     if deny_network {
@@ -155,65 +174,141 @@ pub fn install(filters: &[(String, BpfProgram)]) -> Result<(), SeccompError> {
 mod tests {
     use super::*;
 
+    fn profile() -> Value {
+        serde_json::from_str(PROFILE).unwrap()
+    }
+
     #[test]
     fn compiles_for_every_supported_arch() {
         for arch in [TargetArch::x86_64, TargetArch::aarch64] {
             let f = compile(arch, true).unwrap();
             let names: Vec<_> = f.iter().map(|(n, _)| n.as_str()).collect();
-            assert_eq!(names, ["deny", "clone3", "network"]);
-            assert!(f.iter().all(|(_, p)| !p.is_empty() && p.len() < 4096));
+            assert_eq!(names, ["allow", "clone3", "network"]);
+            assert!(
+                f.iter().all(|(_, p)| !p.is_empty() && p.len() < 4096),
+                "BPF programs are limited to 4096 instructions"
+            );
             assert_eq!(compile(arch, false).unwrap().len(), 2);
         }
     }
 
     #[test]
-    fn x86_64_deny_filter_starts_with_x32_guard() {
+    fn x86_64_allow_filter_starts_with_x32_guard() {
         let f = compile(TargetArch::x86_64, false).unwrap();
-        let deny = &f[0].1;
-        assert_eq!(deny[1].k, X32_SYSCALL_BIT);
-        assert_eq!(deny[2].k, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32);
+        assert_eq!(f[0].1[1].k, X32_SYSCALL_BIT);
+        assert_eq!(f[0].1[2].k, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32);
         let a = compile(TargetArch::aarch64, false).unwrap();
         assert_ne!(a[0].1[1].k, X32_SYSCALL_BIT);
     }
 
     #[test]
-    fn profile_denies_what_docker_denies() {
-        let p = merged_profile(TargetArch::x86_64).unwrap();
-        let names: std::collections::HashSet<_> = p["deny"]["filter"]
+    fn dangerous_syscalls_are_not_allowed_on_any_arch() {
+        let p = profile();
+        let conditional: Vec<&str> = p["allow_with_arguments"]
             .as_array()
             .unwrap()
             .iter()
-            .map(|r| r["syscall"].as_str().unwrap().to_string())
+            .map(|r| r["syscall"].as_str().unwrap())
             .collect();
+        for arch in [TargetArch::x86_64, TargetArch::aarch64] {
+            let allowed = allowed_names(&p, arch);
+            for s in [
+                "mount",
+                "umount2",
+                "pivot_root",
+                "chroot",
+                "unshare",
+                "setns",
+                "ptrace",
+                "process_vm_readv",
+                "process_vm_writev",
+                "bpf",
+                "perf_event_open",
+                "keyctl",
+                "add_key",
+                "request_key",
+                "userfaultfd",
+                "io_uring_setup",
+                "io_uring_enter",
+                "kexec_load",
+                "kexec_file_load",
+                "init_module",
+                "finit_module",
+                "delete_module",
+                "open_by_handle_at",
+                "name_to_handle_at",
+                "modify_ldt",
+                "iopl",
+                "ioperm",
+                "swapon",
+                "swapoff",
+                "reboot",
+                "clock_settime",
+                "settimeofday",
+                "acct",
+                "syslog",
+                "quotactl",
+                "lookup_dcookie",
+                "fsopen",
+                "fsmount",
+                "fsconfig",
+                "fspick",
+                "move_mount",
+                "open_tree",
+                "mount_setattr",
+                "kcmp",
+                "pidfd_getfd",
+                "sethostname",
+                "setdomainname",
+                "vhangup",
+                "fanotify_init",
+                "clone3",
+            ] {
+                assert!(
+                    !allowed.iter().any(|a| a == s),
+                    "{s} is allowed on {arch:?}"
+                );
+                assert!(
+                    !conditional.contains(&s) || s == "clone",
+                    "{s} is conditionally allowed"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn refusals_beyond_docker_are_documented_and_in_force() {
+        let p = profile();
+        let allowed = allowed_names(&p, TargetArch::x86_64);
+        let refused = p["refused_beyond_docker"].as_object().unwrap();
+        assert!(refused.len() > 5);
+        for name in refused.keys().filter(|k| *k != "comment") {
+            assert!(
+                !allowed.contains(name),
+                "{name} is documented as refused but allowed"
+            );
+        }
+    }
+
+    #[test]
+    fn interpreters_basics_are_allowed() {
+        let allowed = allowed_names(&profile(), TargetArch::aarch64);
         for s in [
-            "mount",
-            "umount2",
-            "unshare",
-            "setns",
-            "ptrace",
-            "bpf",
-            "keyctl",
-            "add_key",
-            "kexec_load",
-            "init_module",
-            "finit_module",
-            "open_by_handle_at",
-            "perf_event_open",
-            "userfaultfd",
-            "io_uring_setup",
-            "modify_ldt",
-            "iopl",
-            "ioperm",
-            "swapon",
-            "reboot",
-            "pivot_root",
-            "process_vm_readv",
-            "process_vm_writev",
-            "clock_settime",
-            "settimeofday",
-            "acct",
+            "read",
+            "write",
+            "openat",
+            "mmap",
+            "futex",
+            "execve",
+            "wait4",
+            "rt_sigaction",
+            "getrandom",
+            "epoll_pwait",
+            "pipe2",
+            "rseq",
+            "statx",
         ] {
-            assert!(names.contains(s), "{s} missing from the deny list");
+            assert!(allowed.iter().any(|a| a == s), "{s} missing");
         }
     }
 }
