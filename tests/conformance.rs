@@ -576,7 +576,7 @@ mod containment {
     pub async fn dangerous_syscalls_are_refused(ctx: Ctx) {
         // Syscall numbers per architecture: name -> (nr, args).
         let table = if cfg!(target_arch = "x86_64") {
-            "{'mount': (165, [0, 0, 0, 0, 0]), 'umount2': (166, [0, 0]), 'unshare_user': (272, [0x10000000]), 'unshare_net': (272, [0x40000000]), 'setns': (308, [0, 0]), 'ptrace': (101, [16, 1, 0, 0]), 'bpf': (321, [0, 0, 0]), 'keyctl': (250, [0, 0, 0, 0]), 'add_key': (248, [0, 0, 0, 0, 0]), 'userfaultfd': (323, [0]), 'perf_event_open': (298, [0, 0, 0, 0, 0]), 'io_uring_setup': (425, [1, 0]), 'kexec_load': (246, [0, 0, 0, 0]), 'init_module': (175, [0, 0, 0]), 'open_by_handle_at': (304, [0, 0, 0]), 'clone_newuser': (56, [0x10000000 | 17, 0, 0, 0, 0]), 'x32_getpid': (0x40000000 | 39, []), 'iopl': (172, [3]), 'modify_ldt': (154, [0, 0, 0]), 'personality': (135, [0x0400000])}"
+            "{'mount': (165, [0, 0, 0, 0, 0]), 'umount2': (166, [0, 0]), 'unshare_user': (272, [0x10000000]), 'unshare_net': (272, [0x40000000]), 'setns': (308, [0, 0]), 'ptrace': (101, [16, 1, 0, 0]), 'bpf': (321, [0, 0, 0]), 'keyctl': (250, [0, 0, 0, 0]), 'add_key': (248, [0, 0, 0, 0, 0]), 'userfaultfd': (323, [0]), 'perf_event_open': (298, [0, 0, 0, 0, 0]), 'io_uring_setup': (425, [1, 0]), 'kexec_load': (246, [0, 0, 0, 0]), 'init_module': (175, [0, 0, 0]), 'open_by_handle_at': (304, [0, 0, 0]), 'clone_newuser': (56, [0x10000000 | 17, 0, 0, 0, 0]), 'iopl': (172, [3]), 'modify_ldt': (154, [0, 0, 0]), 'personality': (135, [0x0400000])}"
         } else {
             "{'mount': (40, [0, 0, 0, 0, 0]), 'umount2': (39, [0, 0]), 'unshare_user': (97, [0x10000000]), 'unshare_net': (97, [0x40000000]), 'setns': (268, [0, 0]), 'ptrace': (117, [16, 1, 0, 0]), 'bpf': (280, [0, 0, 0]), 'keyctl': (219, [0, 0, 0, 0]), 'add_key': (217, [0, 0, 0, 0, 0]), 'userfaultfd': (282, [0]), 'perf_event_open': (241, [0, 0, 0, 0, 0]), 'io_uring_setup': (425, [1, 0]), 'kexec_load': (104, [0, 0, 0, 0]), 'init_module': (105, [0, 0, 0]), 'open_by_handle_at': (265, [0, 0, 0]), 'clone_newuser': (220, [0x10000000 | 17, 0, 0, 0, 0]), 'personality': (92, [0x0400000])}"
         };
@@ -597,12 +597,12 @@ mod containment {
                 v[1]
             );
         }
-        let r = ctx.run(Language::Python, "import fcntl, termios\ntry:\n    fcntl.ioctl(0, termios.TIOCSTI, b'x')\n    result = 'injected'\nexcept OSError as e:\n    result = e.errno").await;
-        assert_eq!(
-            r.result,
-            Some(serde_json::json!(libc::EPERM)),
-            "TIOCSTI: {r:?}"
-        );
+        // TIOCSTI on the session's terminal: EPERM from seccomp. Where the code has no terminal
+        // at all (Docker: stdin is /dev/null), ENOTTY: there is nothing to inject into either.
+        let r = ctx.run(Language::Python, "import fcntl, os, termios\ntry:\n    fcntl.ioctl(0, termios.TIOCSTI, b'x')\n    result = 'injected'\nexcept OSError as e:\n    result = [e.errno, os.isatty(0)]").await;
+        let v = r.result.clone().unwrap_or_default();
+        let refused = v[0] == libc::EPERM || (v[0] == libc::ENOTTY && v[1] == false);
+        assert!(refused, "TIOCSTI: {r:?}");
         let r = ctx.run(Language::Python, "import socket\ntry:\n    socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)\n    result = 'netlink'\nexcept OSError as e:\n    result = e.errno").await;
         assert_ne!(r.result, Some(serde_json::json!("netlink")));
     }
@@ -624,6 +624,20 @@ mod containment {
             r.session_restarted && matches!(r.status, Status::Killed | Status::Error),
             "{r:?}"
         );
+        // x32 (this architecture, syscall number | 0x40000000): refused with EPERM (native) or the
+        // process killed as a foreign ABI (libseccomp, Docker). Never executed.
+        let r = ctx.run(Language::Python, "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nctypes.set_errno(0)\nrc = libc.syscall(ctypes.c_long(0x40000000 | 39))\nresult = [rc, ctypes.get_errno()]").await;
+        match &r.result {
+            Some(v) => assert_eq!(
+                v,
+                &serde_json::json!([-1, libc::EPERM]),
+                "x32 getpid: {r:?}"
+            ),
+            None => assert!(
+                r.session_restarted && matches!(r.status, Status::Killed | Status::Error),
+                "{r:?}"
+            ),
+        }
     }
 
     pub async fn fork_bomb_is_bounded(ctx: Ctx) {
@@ -721,7 +735,7 @@ mod containment {
     }
 }
 
-matrix!(functional; [linux, unsandboxed];
+matrix!(functional; [linux, docker, unsandboxed];
     python_state_persists,
     javascript_state_and_top_level_await,
     bash_state_persists,
@@ -742,7 +756,7 @@ matrix!(functional; [linux, unsandboxed];
     bash_exit_ends_the_cell_not_the_session,
 );
 
-matrix!(containment; [linux];
+matrix!(containment; [linux, docker];
     host_files_are_unreadable,
     writes_outside_the_workspace_are_refused,
     no_network_by_any_route,

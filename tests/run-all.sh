@@ -15,6 +15,11 @@ need=()
 [ -x /usr/bin/node ] || need+=(nodejs)
 [ -x /bin/bash ] || need+=(bash)
 command -v unshare >/dev/null && command -v runuser >/dev/null || need+=(util-linux)
+if is_root; then
+  # The Docker backend: an engine, and debootstrap to build the sandbox image without a registry.
+  command -v dockerd >/dev/null || need+=(docker.io)
+  command -v debootstrap >/dev/null || need+=(debootstrap)
+fi
 if [ ${#need[@]} -gt 0 ]; then
   if is_root; then
     say "installing ${need[*]}"
@@ -48,7 +53,21 @@ done
 say "language drivers, standalone (tests/driver_harness.py)"
 /usr/bin/python3 tests/driver_harness.py --no-bench
 
-# --- 4. The conformance suite ----------------------------------------------------------------
+# --- 4. The Docker engine and the sandbox image (root only: dockerd needs it) ---------------
+if is_root; then
+  if ! docker version >/dev/null 2>&1; then
+    say "starting dockerd"
+    (dockerd >/tmp/sandpit-dockerd.log 2>&1 &)
+    for _ in $(seq 1 60); do docker version >/dev/null 2>&1 && break; sleep 0.5; done
+    docker version >/dev/null 2>&1 || { echo "dockerd did not start; see /tmp/sandpit-dockerd.log" >&2; exit 1; }
+  fi
+  if ! docker image inspect sandpit-sandbox:1 >/dev/null 2>&1; then
+    say "building the Docker sandbox image (offline, from debootstrap)"
+    target/debug/sandpit image build --offline
+  fi
+fi
+
+# --- 5. The conformance suite ----------------------------------------------------------------
 conformance=$(cargo test --no-run --message-format=json --test conformance 2>/dev/null \
   | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
 [ -x "$conformance" ] || { echo "could not build the conformance suite" >&2; exit 1; }

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use tokio::io::{AsyncRead, AsyncWrite};
 
+pub mod docker;
 #[cfg(target_os = "linux")]
 pub mod linux;
 pub mod pty_spawn;
@@ -117,6 +118,11 @@ pub trait SandboxControl: Send + Sync {
     fn flush_terminal_input(&self) -> Result<()> {
         Ok(())
     }
+    /// Kills the sandbox if needed and removes what it left behind, awaiting the removal
+    /// (backends whose cleanup is asynchronous override this).
+    fn shutdown(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move { self.kill() })
+    }
     /// Waits for the sandbox to end and says how.
     fn wait(&self) -> BoxFuture<'_, ExitInfo>;
     /// The workspace as a host path, when the host can reach it (files in and out).
@@ -146,6 +152,10 @@ pub trait Backend: Send + Sync {
     fn kind(&self) -> BackendKind;
     /// Starts one interpreter as described.
     fn launch<'a>(&'a self, spec: &'a LaunchSpec) -> BoxFuture<'a, Result<Launched>>;
+    /// Replace a session's sandbox after this many executions (`None`: never).
+    fn recycle_after(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Whether a backend can run here, and exactly why not.
@@ -181,9 +191,7 @@ fn availability(kind: BackendKind, policy: &Policy, helper: &std::path::Path) ->
         BackendKind::Linux => linux::availability(policy, helper),
         #[cfg(not(target_os = "linux"))]
         BackendKind::Linux => unavailable(kind, "the native Linux backend needs Linux"),
-        BackendKind::Docker => {
-            unavailable(kind, "not built yet in this version of sandpit (issue 3)")
-        }
+        BackendKind::Docker => docker::availability(),
         BackendKind::Macos => unavailable(
             kind,
             "needs macOS (sandbox-exec); not built yet in this version",
@@ -201,21 +209,37 @@ fn availability(kind: BackendKind, policy: &Policy, helper: &std::path::Path) ->
     }
 }
 
-/// Picks and constructs the backend for `choice` (`interface.md` §3: `auto` takes Docker when a
-/// daemon answers and the image is present, else the native backend, else WASI, else fails).
-pub fn select(
+/// The backends `auto` tries, in order (`interface.md` §3): Docker when a daemon answers and
+/// the image is present, else the native backend of the OS, else WASI.
+pub const AUTO_ORDER: [BackendKind; 4] = [
+    BackendKind::Docker,
+    BackendKind::Linux,
+    BackendKind::Macos,
+    BackendKind::Wasi,
+];
+
+/// What `auto` picks given an availability report, and why the others were passed over.
+pub fn auto_pick(report: &[Availability]) -> std::result::Result<BackendKind, String> {
+    let mut reasons = Vec::new();
+    for kind in AUTO_ORDER {
+        match report.iter().find(|a| a.backend == kind) {
+            Some(a) if a.available => return Ok(kind),
+            Some(a) => reasons.push(format!("{}: {}", kind.as_str(), a.detail)),
+            None => {}
+        }
+    }
+    Err(reasons.join("; "))
+}
+
+/// Picks and constructs the backend for `choice`.
+pub async fn select(
     choice: BackendChoice,
     policy: &Policy,
     helper: &std::path::Path,
 ) -> Result<std::sync::Arc<dyn Backend>> {
     let wanted: Vec<BackendKind> = match choice {
         BackendChoice::Only(k) => vec![k],
-        BackendChoice::Auto => vec![
-            BackendKind::Docker,
-            BackendKind::Linux,
-            BackendKind::Macos,
-            BackendKind::Wasi,
-        ],
+        BackendChoice::Auto => AUTO_ORDER.to_vec(),
     };
     let mut reasons = Vec::new();
     for kind in wanted {
@@ -230,6 +254,7 @@ pub fn select(
                 policy.clone(),
                 helper.to_path_buf(),
             )),
+            BackendKind::Docker => std::sync::Arc::new(docker::DockerBackend::connect().await?),
             BackendKind::Unsandboxed => std::sync::Arc::new(unsandboxed::UnsandboxedBackend::new()),
             _ => unreachable_backend(kind)?,
         });

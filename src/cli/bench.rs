@@ -201,7 +201,7 @@ async fn measure_backend(
     warm: usize,
 ) -> crate::Result<BackendFigures> {
     let helper = backend::helper_path()?;
-    let be = backend::select(BackendChoice::Only(kind), policy, &helper)?;
+    let be = backend::select(BackendChoice::Only(kind), policy, &helper).await?;
     let mut languages = Vec::new();
     for lang in Language::ALL {
         let config = SessionConfig {

@@ -14,32 +14,38 @@ pub fn doctor(json: bool, policy: &Policy, source: &ConfigSource) -> ExitCode {
         }
     };
     let report = backend::report(policy, &helper);
-    let auto = backend::select(backend::BackendChoice::Auto, policy, &helper);
+    let auto = backend::auto_pick(&report);
     let auto_text = match &auto {
-        Ok(b) => b.kind().as_str().to_string(),
-        Err(e) => format!("none: {}", e.message_with_hint()),
+        Ok(k) => k.as_str().to_string(),
+        Err(reasons) => format!("none ({reasons}); hint: see the reasons above"),
     };
     if json {
         let v = serde_json::json!({
             "backends": report,
-            "auto": auto.as_ref().map(|b| b.kind().as_str()).ok(),
+            "auto": auto.as_ref().map(|k| k.as_str()).ok(),
             "auto_detail": auto_text,
             "config": { "file": source.file, "env_overrides": source.env_overrides, "effective": policy },
         });
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        super::print_stdout(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&v).unwrap_or_default()
+        ));
         return ExitCode::SUCCESS;
     }
-    println!("sandpit {}\n", env!("CARGO_PKG_VERSION"));
-    println!("Backends (auto prefers them in this order):");
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    let _ = writeln!(o, "sandpit {}\n", env!("CARGO_PKG_VERSION"));
+    let _ = writeln!(o, "Backends (auto prefers them in this order):");
     for a in &report {
         let mark = if a.available { "ok " } else { "-- " };
-        println!("  {mark}{:<12} {}", a.backend.as_str(), a.detail);
+        let _ = writeln!(o, "  {mark}{:<12} {}", a.backend.as_str(), a.detail);
         for (k, v) in &a.facts {
-            println!("        {k:<22} {v}");
+            let _ = writeln!(o, "        {k:<22} {v}");
         }
     }
-    println!("\n`-b auto` picks: {auto_text}\n");
-    println!(
+    let _ = writeln!(o, "\n`-b auto` picks: {auto_text}\n");
+    let _ = writeln!(
+        o,
         "Configuration: {}",
         source
             .file
@@ -47,16 +53,19 @@ pub fn doctor(json: bool, policy: &Policy, source: &ConfigSource) -> ExitCode {
             .map(|p| p.display().to_string())
             .unwrap_or_else(|| "built-in defaults (no sandpit.toml found)".into())
     );
-    for o in &source.env_overrides {
-        println!("  from the environment: {o}");
+    for var in &source.env_overrides {
+        let _ = writeln!(o, "  from the environment: {var}");
     }
     match toml::to_string_pretty(policy) {
         Ok(t) => {
             for line in t.lines() {
-                println!("  {line}");
+                let _ = writeln!(o, "  {line}");
             }
         }
-        Err(e) => println!("  (cannot print: {e})"),
+        Err(e) => {
+            let _ = writeln!(o, "  (cannot print: {e})");
+        }
     }
+    super::print_stdout(&o);
     ExitCode::SUCCESS
 }

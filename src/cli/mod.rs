@@ -3,6 +3,7 @@
 
 mod bench;
 mod doctor;
+mod image;
 mod repl;
 mod run;
 
@@ -104,6 +105,13 @@ fn init_tracing() {
         .try_init();
 }
 
+/// Writes to stdout; a reader that went away (`sandpit doctor | head`) is not an error.
+pub fn print_stdout(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|_| out.flush());
+}
+
 /// Prints an error once, with its hint, the way every subcommand reports failure.
 pub fn report_error(e: &crate::Error) {
     eprintln!("sandpit: {}", e.message_with_hint());
@@ -152,8 +160,8 @@ pub fn main() -> ExitCode {
         Command::Bench(args) => runtime.block_on(bench::bench(args, policy)),
         Command::Mcp { .. } => not_yet("the MCP server (`sandpit mcp`)"),
         Command::Serve { .. } => not_yet("the HTTP API (`sandpit serve`)"),
-        Command::Image { .. } => {
-            not_yet("the Docker backend and its image (`sandpit image build`)")
-        }
+        Command::Image {
+            action: ImageAction::Build { offline },
+        } => runtime.block_on(image::build(offline)),
     }
 }

@@ -25,7 +25,7 @@ pub async fn repl(language: Option<Language>, backend_arg: BackendArg, policy: P
     let language = language.unwrap_or(policy.defaults.language);
     let started = async {
         let choice = backend_choice(&backend_arg, &policy)?;
-        let backend = backend::select(choice, &policy, &backend::helper_path()?)?;
+        let backend = backend::select(choice, &policy, &backend::helper_path()?).await?;
         let config = SessionConfig {
             language,
             session_id: None,

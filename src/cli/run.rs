@@ -55,7 +55,10 @@ fn exit(code: i32) -> ExitCode {
 fn fail(json: bool, lang: Language, backend: &str, e: &crate::Error) -> ExitCode {
     let r = ExecResult::from_error(lang, backend, e);
     if json {
-        println!("{}", serde_json::to_string(&r).unwrap_or_default());
+        super::print_stdout(&format!(
+            "{}\n",
+            serde_json::to_string(&r).unwrap_or_default()
+        ));
     } else {
         super::report_error(e);
     }
@@ -149,7 +152,7 @@ pub async fn run(args: RunArgs, policy: Policy) -> ExitCode {
         Ok(h) => h,
         Err(e) => return fail(args.json, language, "none", &e),
     };
-    let backend = match backend::select(choice, &policy, &helper) {
+    let backend = match backend::select(choice, &policy, &helper).await {
         Ok(b) => b,
         Err(e) => return fail(args.json, language, "none", &e),
     };
@@ -215,7 +218,10 @@ pub async fn run(args: RunArgs, policy: Policy) -> ExitCode {
         Err(e) => return fail(args.json, language, backend.kind().as_str(), &e),
     };
     if args.json {
-        println!("{}", serde_json::to_string(&result).unwrap_or_default());
+        super::print_stdout(&format!(
+            "{}\n",
+            serde_json::to_string(&result).unwrap_or_default()
+        ));
     } else {
         if let Some(ex) = &result.exception {
             let tb = if ex.traceback.is_empty() {

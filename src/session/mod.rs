@@ -115,6 +115,8 @@ pub struct Session {
     running: Option<Running>,
     next_cell: u64,
     executions: u64,
+    /// Executions since the current sandbox started (for recycling).
+    since_start: u64,
     /// State was lost since the last result (crash, kill): the next result says so.
     lost_state: bool,
 }
@@ -223,6 +225,7 @@ impl Session {
             running: None,
             next_cell: 1,
             executions: 0,
+            since_start: 0,
             lost_state: false,
         };
         s.ensure_running().await?;
@@ -344,6 +347,7 @@ impl Session {
             }
         }
         tracing::info!(session = %self.id, language = %self.spec.language, backend = self.backend_name(), version = %running.version, "session started");
+        self.since_start = 0;
         self.running = Some(running);
         Ok(())
     }
@@ -353,6 +357,7 @@ impl Session {
         if let Some(r) = self.running.take() {
             r.control.kill();
             let _ = tokio::time::timeout(Duration::from_secs(2), r.control.wait()).await;
+            r.control.shutdown().await;
             tracing::info!(session = %self.id, "session killed");
         }
     }
@@ -402,8 +407,18 @@ impl Session {
     /// Runs one cell.
     pub async fn execute(&mut self, code: &str, opts: ExecOptions) -> Result<ExecResult> {
         let started = Instant::now();
-        let was_lost = std::mem::take(&mut self.lost_state);
+        let mut was_lost = std::mem::take(&mut self.lost_state);
+        let mut recycled = false;
+        if let Some(n) = self.backend.recycle_after() {
+            if self.running.is_some() && self.since_start >= n {
+                tracing::info!(session = %self.id, executions = n, "recycling the session's sandbox");
+                self.kill().await;
+                was_lost = true;
+                recycled = true;
+            }
+        }
         self.ensure_running().await?;
+        self.since_start += 1;
         let limit = self.spec.limits.output_bytes as usize;
         let language = self.spec.language;
         let id = self.next_cell;
@@ -522,9 +537,10 @@ impl Session {
                 };
                 let _ = tokio::time::timeout(Duration::from_millis(300), collect).await;
                 run.control.kill();
-                exit_info = tokio::time::timeout(Duration::from_secs(2), run.control.wait())
+                exit_info = tokio::time::timeout(Duration::from_secs(5), run.control.wait())
                     .await
                     .ok();
+                run.control.shutdown().await;
             }
             self.lost_state = false;
             tracing::info!(session = %self.id, exit = ?exit_info, "session ended during a cell");
@@ -548,6 +564,12 @@ impl Session {
             warnings,
             files: Vec::new(),
         };
+        if recycled {
+            result.warnings.insert(
+                0,
+                "the session's sandbox was recycled before this execution (state lost)".into(),
+            );
+        }
         for s in [&out, &err] {
             if s.capture.truncated() {
                 result.warnings.push(format!(

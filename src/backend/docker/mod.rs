@@ -1,0 +1,829 @@
+//! The Docker backend (bollard): one container per session, created once and kept alive, with the
+//! same language driver as the native backend running inside as one long-lived process. A warm
+//! execution is a round trip on open streams, never a `docker exec`.
+//!
+//! Channels: the container's stdout and stderr (attached, demultiplexed by the engine) are the
+//! code's; requests and responses travel over two FIFOs the host creates in a session directory
+//! bind-mounted read-only at `/run/sandpit` (the launch shim opens them as fds 3 and 4 and execs
+//! the driver). stdin is /dev/null, so a read of stdin gets EOF at once.
+//!
+//! Hard-coded, not configurable (see [`container_config`], checked by unit tests): never
+//! privileged, no host namespaces, no Docker socket or host system path mounted; a read-only
+//! root filesystem, every capability dropped, no-new-privileges, the image's non-root user,
+//! size-capped `noexec` tmpfs for `/tmp`, the workspace as the only writable mount, the policy's
+//! memory (no swap), pids and cpu limits, and network `none` unless the request's network is
+//! allowed; sandpit's own seccomp allowlist (the native backend's, in Docker's format) in place
+//! of the engine's default; no logging driver (an output flood must not fill the engine's disk).
+
+pub mod image;
+pub mod seccomp_profile;
+
+use super::{Availability, BackendKind, BoxFuture, ExitInfo, LaunchSpec, Launched, SandboxControl};
+use crate::error::{Error, Result};
+use crate::types::Language;
+use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType, ResourcesUlimits};
+use bollard::query_parameters::{
+    AttachContainerOptions, CreateContainerOptions, KillContainerOptions, ListContainersOptions,
+    RemoveContainerOptions, WaitContainerOptions,
+};
+use bollard::Docker;
+use futures_util::StreamExt;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+/// Labels every sandpit container carries.
+pub const LABEL_MANAGED: &str = "sandpit.managed";
+pub const LABEL_SESSION: &str = "sandpit.session";
+/// The host process that owns the container: when it is gone, the container is stale.
+pub const LABEL_OWNER_PID: &str = "sandpit.owner_pid";
+/// Where the channel FIFOs appear inside the container.
+const CHANNELS: &str = "/run/sandpit";
+/// A session's container is replaced after this many executions (its state is lost; the result
+/// says so), bounding what a long-lived container can accumulate.
+pub const RECYCLE_AFTER: u64 = 50;
+/// How long the launch waits for the container to open its channels.
+const OPEN_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// What a probe of the engine found.
+#[derive(Debug, Clone)]
+pub struct EngineProbe {
+    pub engine: std::result::Result<String, String>,
+    pub image: std::result::Result<bool, String>,
+}
+
+/// A client for the local engine, with the API version negotiated (the engine may be older than
+/// bollard's default).
+pub async fn connect_engine() -> std::result::Result<Docker, String> {
+    connect().await
+}
+
+async fn connect() -> std::result::Result<Docker, String> {
+    let d = Docker::connect_with_local_defaults()
+        .map_err(|e| format!("cannot reach the Docker engine: {e}"))?;
+    d.negotiate_version()
+        .await
+        .map_err(|e| format!("no Docker engine answers at the local socket: {e}"))
+}
+
+/// Runs `fut` to completion whether or not a runtime is already running on this thread.
+fn block_on<T: Send + 'static>(
+    fut: impl std::future::Future<Output = T> + Send + 'static,
+) -> Option<T> {
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .ok()
+            .map(|rt| rt.block_on(fut))
+    })
+    .join()
+    .ok()
+    .flatten()
+}
+
+/// Probes the engine and the image once per process.
+pub fn probe() -> EngineProbe {
+    static CACHE: OnceLock<EngineProbe> = OnceLock::new();
+    CACHE
+        .get_or_init(|| {
+            block_on(async {
+                let docker = match connect().await {
+                    Ok(d) => d,
+                    Err(e) => {
+                        return EngineProbe {
+                            engine: Err(e),
+                            image: Err("no engine".into()),
+                        }
+                    }
+                };
+                let engine = match docker.version().await {
+                    Ok(v) => Ok(format!(
+                        "Docker engine {} (API {})",
+                        v.version.unwrap_or_default(),
+                        v.api_version.unwrap_or_default()
+                    )),
+                    Err(e) => Err(format!("the engine did not report its version: {e}")),
+                };
+                let image = image::exists(&docker).await.map_err(|e| e.to_string());
+                EngineProbe { engine, image }
+            })
+            .unwrap_or(EngineProbe {
+                engine: Err("probe failed".into()),
+                image: Err("probe failed".into()),
+            })
+        })
+        .clone()
+}
+
+/// Whether the Docker backend can run here, and exactly why not.
+pub fn availability() -> Availability {
+    let p = probe();
+    let mut facts = vec![("engine".to_string(), p.engine.clone().unwrap_or_else(|e| e))];
+    facts.push((
+        "image".into(),
+        match &p.image {
+            Ok(true) => format!("{} present", image::IMAGE),
+            Ok(false) => format!(
+                "{} missing: build it with `sandpit image build --offline`",
+                image::IMAGE
+            ),
+            Err(e) => format!("unknown: {e}"),
+        },
+    ));
+    let (available, detail) = match (&p.engine, &p.image) {
+        (Err(e), _) => (false, e.clone()),
+        (Ok(_), Ok(true)) => (
+            true,
+            format!("one kept-alive container per session from {}", image::IMAGE),
+        ),
+        (Ok(_), Ok(false)) => (
+            false,
+            format!(
+                "the image {} is missing (run `sandpit image build --offline`)",
+                image::IMAGE
+            ),
+        ),
+        (Ok(_), Err(e)) => (false, format!("cannot inspect the image: {e}")),
+    };
+    Availability {
+        backend: BackendKind::Docker,
+        available,
+        detail,
+        facts,
+    }
+}
+
+/// The container a session runs in, as data: unit tests assert every hard-coded restriction.
+pub fn container_config(
+    spec: &LaunchSpec,
+    workspace: &Path,
+    channels: &Path,
+    session: &str,
+    seccomp: &str,
+) -> ContainerCreateBody {
+    let l = &spec.limits;
+    let mb = 1024 * 1024;
+    let memory = (l.memory_mb * mb) as i64;
+    let interpreter = match spec.language {
+        Language::Python => "/usr/bin/python3",
+        Language::Javascript => "/usr/bin/node",
+        Language::Bash => "/bin/bash",
+    };
+    // The launch shim: fds 3 and 4 from the channel FIFOs, then the driver (as on the host,
+    // with the image's interpreter in place of the host's).
+    let mut cmd = vec![
+        "/bin/bash".to_string(),
+        "-c".to_string(),
+        // Then drop what the engine and bash add to the environment, so the code sees exactly
+        // what it sees on the native backend.
+        format!("exec 3<{CHANNELS}/req 4>{CHANNELS}/resp && exec /usr/bin/env -u HOSTNAME -u PWD -u OLDPWD -u SHLVL -u TINI_KILL_PROCESS_GROUP \"$@\""),
+        "sandpit-launch".to_string(),
+        interpreter.to_string(),
+    ];
+    cmd.extend(spec.argv.iter().skip(1).cloned());
+    let mut env = vec![
+        "PATH=/usr/local/bin:/usr/bin:/bin".to_string(),
+        "HOME=/home/sandbox".to_string(),
+        "TMPDIR=/tmp".to_string(),
+        "LANG=C.UTF-8".to_string(),
+        "TERM=xterm-256color".to_string(),
+        "SANDPIT_WORKSPACE=/workspace".to_string(),
+        // docker-init (tini) forwards the interrupt to the whole process group, as the native
+        // backend's SIGINT to the sandbox's group does.
+        "TINI_KILL_PROCESS_GROUP=1".to_string(),
+    ];
+    env.extend(spec.env.iter().map(|(k, v)| format!("{k}={v}")));
+    let labels = HashMap::from([
+        (LABEL_MANAGED.to_string(), "true".to_string()),
+        (LABEL_SESSION.to_string(), session.to_string()),
+        (LABEL_OWNER_PID.to_string(), owner_id()),
+    ]);
+    let bind = |source: &Path, target: &str, read_only: bool| Mount {
+        target: Some(target.to_string()),
+        source: Some(source.display().to_string()),
+        typ: Some(MountType::BIND),
+        read_only: Some(read_only),
+        ..Default::default()
+    };
+    let tmpfs = HashMap::from([
+        (
+            "/tmp".to_string(),
+            format!("rw,noexec,nosuid,nodev,size={}m", l.tmp_size_mb),
+        ),
+        (
+            "/home/sandbox".to_string(),
+            format!(
+                "rw,nosuid,nodev,size={}m,uid={uid},gid={uid},mode=0700",
+                l.tmp_size_mb,
+                uid = image::SANDBOX_UID
+            ),
+        ),
+    ]);
+    let ulimit = |name: &str, v: u64| ResourcesUlimits {
+        name: Some(name.into()),
+        soft: Some(v as i64),
+        hard: Some(v as i64),
+    };
+    ContainerCreateBody {
+        image: Some(image::IMAGE.to_string()),
+        cmd: Some(cmd),
+        env: Some(env),
+        user: Some(format!("{uid}:{uid}", uid = image::SANDBOX_UID)),
+        working_dir: Some("/workspace".into()),
+        labels: Some(labels),
+        attach_stdin: Some(false),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        open_stdin: Some(false),
+        tty: Some(false),
+        network_disabled: Some(!spec.network),
+        host_config: Some(HostConfig {
+            privileged: Some(false),
+            readonly_rootfs: Some(true),
+            cap_drop: Some(vec!["ALL".into()]),
+            security_opt: Some(vec![
+                "no-new-privileges".into(),
+                format!("seccomp={seccomp}"),
+            ]),
+            log_config: Some(bollard::models::HostConfigLogConfig {
+                typ: Some("none".into()),
+                config: None,
+            }),
+            network_mode: Some(if spec.network {
+                "bridge".into()
+            } else {
+                "none".into()
+            }),
+            init: Some(true),
+            memory: Some(memory),
+            memory_swap: Some(memory),
+            pids_limit: Some(l.pids as i64),
+            nano_cpus: Some((l.cpus * 1e9) as i64),
+            tmpfs: Some(tmpfs),
+            mounts: Some(vec![
+                bind(workspace, "/workspace", false),
+                bind(channels, CHANNELS, true),
+            ]),
+            ulimits: Some(vec![
+                ulimit("nofile", l.open_files),
+                ulimit("fsize", l.file_size_mb * mb),
+                ulimit("core", 0),
+            ]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The Docker backend.
+pub struct DockerBackend {
+    docker: Docker,
+}
+
+impl DockerBackend {
+    /// Connects to the local engine and removes containers left behind by sandpit processes that
+    /// are gone.
+    pub async fn connect() -> Result<DockerBackend> {
+        let docker = connect()
+            .await
+            .map_err(|reason| Error::BackendUnavailable {
+                backend: "docker".into(),
+                reason,
+            })?;
+        let b = DockerBackend { docker };
+        b.remove_stale().await;
+        Ok(b)
+    }
+
+    /// Removes sandpit containers left behind: stopped ones (an orphaned driver exits when its
+    /// request channel closes), and running ones whose owner, in this PID namespace, is gone.
+    pub async fn remove_stale(&self) {
+        let filters = HashMap::from([("label".to_string(), vec![format!("{LABEL_MANAGED}=true")])]);
+        let opts = ListContainersOptions {
+            all: true,
+            filters: Some(filters),
+            ..Default::default()
+        };
+        let Ok(list) = self.docker.list_containers(Some(opts)).await else {
+            return;
+        };
+        for c in list {
+            let exited = c
+                .state
+                .as_ref()
+                .map(|s| format!("{s:?}").to_lowercase())
+                .is_some_and(|s| s.contains("exited") || s.contains("dead"));
+            let owner = c
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(LABEL_OWNER_PID))
+                .cloned()
+                .unwrap_or_default();
+            // Ours to judge: an owner in this PID namespace that is gone. Another namespace's
+            // container only once it has stopped (its driver exits when its owner goes).
+            let stale = match owner_in_this_namespace(&owner) {
+                Some(pid) => !process_exists(pid),
+                None => exited,
+            };
+            if !stale {
+                continue;
+            }
+            if let Some(id) = c.id {
+                tracing::info!(container = %id, "removing a stale sandpit container");
+                let _ = self
+                    .docker
+                    .remove_container(
+                        &id,
+                        Some(RemoveContainerOptions {
+                            force: true,
+                            ..Default::default()
+                        }),
+                    )
+                    .await;
+            }
+        }
+    }
+
+    async fn launch_now(&self, spec: &LaunchSpec) -> Result<Launched> {
+        let name = crate::pipeline::wrapper::new_nonce()?[..16].to_string();
+        let base = spec.state_dir.join("docker").join(&name);
+        let workspace = spec
+            .workspace
+            .clone()
+            .unwrap_or_else(|| base.join("workspace"));
+        let channels = base.join("channels");
+        for d in [&workspace, &channels] {
+            std::fs::create_dir_all(d)
+                .map_err(|e| Error::io(format!("create {}", d.display()), e))?;
+        }
+        let mut guard = DirGuard {
+            base: base.clone(),
+            docker: self.docker.clone(),
+            container: None,
+        };
+        prepare_workspace(&workspace)?;
+        for f in ["req", "resp"] {
+            let p = channels.join(f);
+            nix::unistd::mkfifo(&p, nix::sys::stat::Mode::from_bits_truncate(0o666))
+                .map_err(|e| Error::sandbox(format!("mkfifo {}: {e}", p.display())))?;
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o666))
+                .map_err(|e| Error::io(format!("chmod {}", p.display()), e))?;
+        }
+        let seccomp = seccomp_profile::docker_profile(!spec.network).map_err(Error::sandbox)?;
+        let config = container_config(spec, &workspace, &channels, &spec.session_id, &seccomp);
+        let created = self
+            .docker
+            .create_container(
+                Some(CreateContainerOptions {
+                    name: Some(format!("sandpit-{name}")),
+                    ..Default::default()
+                }),
+                config,
+            )
+            .await
+            .map_err(|e| Error::sandbox(format!("create the session container: {e}")))?;
+        let id = created.id;
+        guard.container = Some(id.clone());
+        let attach = self
+            .docker
+            .attach_container(
+                &id,
+                Some(AttachContainerOptions {
+                    stream: true,
+                    stdout: true,
+                    stderr: true,
+                    ..Default::default()
+                }),
+            )
+            .await
+            .map_err(|e| Error::sandbox(format!("attach to the session container: {e}")))?;
+        let (stdout_r, stdout_w) = tokio::io::simplex(64 * 1024);
+        let (stderr_r, stderr_w) = tokio::io::simplex(64 * 1024);
+        tokio::spawn(demux(attach.output, stdout_w, stderr_w));
+        self.docker
+            .start_container(
+                &id,
+                None::<bollard::query_parameters::StartContainerOptions>,
+            )
+            .await
+            .map_err(|e| Error::sandbox(format!("start the session container: {e}")))?;
+        let (requests, responses) = open_channels(&channels).await?;
+        tracing::debug!(container = %id, session = %spec.session_id, "docker sandbox started");
+        Ok(Launched {
+            terminal_in: Box::new(tokio::io::sink()),
+            stdout: Box::new(stdout_r),
+            stderr: Box::new(stderr_r),
+            requests: Box::new(requests),
+            responses: Box::new(responses),
+            control: Box::new(DockerControl {
+                docker: self.docker.clone(),
+                id,
+                workspace,
+                guard: Arc::new(std::sync::Mutex::new(Some(guard))),
+            }),
+        })
+    }
+}
+
+/// This process as `PIDNS:PID` (pids are only meaningful within their PID namespace).
+fn owner_id() -> String {
+    let ns = std::fs::read_link("/proc/self/ns/pid")
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    format!("{ns}:{}", std::process::id())
+}
+
+/// The owner's pid, when `owner` (from [`owner_id`]) lives in this PID namespace.
+fn owner_in_this_namespace(owner: &str) -> Option<i32> {
+    let (ns, pid) = owner.rsplit_once(':')?;
+    let here = std::fs::read_link("/proc/self/ns/pid")
+        .ok()?
+        .display()
+        .to_string();
+    (ns == here).then(|| pid.parse().ok()).flatten()
+}
+
+fn process_exists(pid: i32) -> bool {
+    // SAFETY: kill with signal 0 only checks whether the process exists.
+    let signalable = unsafe { libc::kill(pid, 0) } == 0;
+    signalable || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// The workspace must be writable by the image's user.
+fn prepare_workspace(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    if std::os::unix::fs::chown(dir, Some(image::SANDBOX_UID), Some(image::SANDBOX_UID)).is_err() {
+        // Not root (a user in the docker group): let the container's user write it.
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777))
+            .map_err(|e| Error::io(format!("chmod {}", dir.display()), e))?;
+    }
+    Ok(())
+}
+
+/// Splits the engine's multiplexed output into the two streams.
+async fn demux(
+    mut output: std::pin::Pin<
+        Box<
+            dyn futures_util::Stream<
+                    Item = std::result::Result<
+                        bollard::container::LogOutput,
+                        bollard::errors::Error,
+                    >,
+                > + Send,
+        >,
+    >,
+    mut stdout: tokio::io::WriteHalf<tokio::io::SimplexStream>,
+    mut stderr: tokio::io::WriteHalf<tokio::io::SimplexStream>,
+) {
+    use bollard::container::LogOutput;
+    use tokio::io::AsyncWriteExt;
+    while let Some(Ok(item)) = output.next().await {
+        let ok = match item {
+            LogOutput::StdOut { message } | LogOutput::Console { message } => {
+                stdout.write_all(&message).await
+            }
+            LogOutput::StdErr { message } => stderr.write_all(&message).await,
+            LogOutput::StdIn { .. } => Ok(()),
+        };
+        if ok.is_err() {
+            break;
+        }
+    }
+}
+
+/// Opens the host ends of the channel FIFOs once the container's shim opens its ends (a FIFO
+/// open blocks until both ends are there). If the container never does, the blocked opens are
+/// released by opening the other ends ourselves.
+async fn open_channels(
+    dir: &Path,
+) -> Result<(
+    tokio::net::unix::pipe::Sender,
+    tokio::net::unix::pipe::Receiver,
+)> {
+    let (req, resp) = (dir.join("req"), dir.join("resp"));
+    let (r2, s2) = (req.clone(), resp.clone());
+    let opener =
+        tokio::task::spawn_blocking(move || -> std::io::Result<(std::fs::File, std::fs::File)> {
+            let w = std::fs::OpenOptions::new().write(true).open(&r2)?;
+            let r = std::fs::OpenOptions::new().read(true).open(&s2)?;
+            Ok((w, r))
+        });
+    let (w, r) = match tokio::time::timeout(OPEN_TIMEOUT, opener).await {
+        Ok(Ok(Ok(files))) => files,
+        Ok(Ok(Err(e))) => return Err(Error::io("open the session channels", e)),
+        Ok(Err(e)) => return Err(Error::sandbox(format!("open the session channels: {e}"))),
+        Err(_) => {
+            use std::os::unix::fs::OpenOptionsExt;
+            let _ = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(&req);
+            let _ = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&resp);
+            return Err(Error::sandbox(format!(
+                "the container did not open its channels within {OPEN_TIMEOUT:?}"
+            )));
+        }
+    };
+    let sender = tokio::net::unix::pipe::Sender::from_file(w)
+        .map_err(|e| Error::io("register the request channel", e))?;
+    let receiver = tokio::net::unix::pipe::Receiver::from_file(r)
+        .map_err(|e| Error::io("register the response channel", e))?;
+    Ok((sender, receiver))
+}
+
+impl super::Backend for DockerBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Docker
+    }
+
+    fn recycle_after(&self) -> Option<u64> {
+        Some(RECYCLE_AFTER)
+    }
+
+    fn launch<'a>(&'a self, spec: &'a LaunchSpec) -> BoxFuture<'a, Result<Launched>> {
+        Box::pin(self.launch_now(spec))
+    }
+}
+
+/// Removes the container and the session directory when the session ends.
+struct DirGuard {
+    base: PathBuf,
+    docker: Docker,
+    container: Option<String>,
+}
+
+impl DirGuard {
+    async fn remove(self) {
+        if let Some(id) = &self.container {
+            let _ = self
+                .docker
+                .remove_container(
+                    id,
+                    Some(RemoveContainerOptions {
+                        force: true,
+                        ..Default::default()
+                    }),
+                )
+                .await;
+        }
+        let _ = std::fs::remove_dir_all(&self.base);
+    }
+}
+
+impl Drop for DirGuard {
+    fn drop(&mut self) {
+        if let Some(id) = self.container.take() {
+            let docker = self.docker.clone();
+            let base = self.base.clone();
+            let remove = async move {
+                let _ = docker
+                    .remove_container(
+                        &id,
+                        Some(RemoveContainerOptions {
+                            force: true,
+                            ..Default::default()
+                        }),
+                    )
+                    .await;
+                let _ = std::fs::remove_dir_all(&base);
+            };
+            match tokio::runtime::Handle::try_current() {
+                Ok(h) => {
+                    h.spawn(remove);
+                }
+                Err(_) => {
+                    block_on(remove);
+                }
+            }
+        }
+    }
+}
+
+struct DockerControl {
+    docker: Docker,
+    id: String,
+    workspace: PathBuf,
+    guard: Arc<std::sync::Mutex<Option<DirGuard>>>,
+}
+
+impl SandboxControl for DockerControl {
+    fn interrupt(&self) -> Result<()> {
+        let (docker, id) = (self.docker.clone(), self.id.clone());
+        tokio::spawn(async move {
+            let _ = docker
+                .kill_container(
+                    &id,
+                    Some(KillContainerOptions {
+                        signal: "SIGINT".into(),
+                    }),
+                )
+                .await;
+        });
+        Ok(())
+    }
+
+    fn kill(&self) {
+        let (docker, id) = (self.docker.clone(), self.id.clone());
+        let kill = async move {
+            let _ = docker
+                .kill_container(
+                    &id,
+                    Some(KillContainerOptions {
+                        signal: "SIGKILL".into(),
+                    }),
+                )
+                .await;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) => {
+                h.spawn(kill);
+            }
+            Err(_) => {
+                block_on(kill);
+            }
+        }
+    }
+
+    fn shutdown(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let guard = self.guard.lock().ok().and_then(|mut g| g.take());
+            if let Some(g) = guard {
+                g.remove().await;
+            }
+        })
+    }
+
+    fn wait(&self) -> BoxFuture<'_, ExitInfo> {
+        Box::pin(async move {
+            let mut info = ExitInfo::default();
+            let mut waiter = self
+                .docker
+                .wait_container(&self.id, None::<WaitContainerOptions>);
+            match tokio::time::timeout(Duration::from_secs(5), waiter.next()).await {
+                Ok(Some(Ok(r))) => info.code = Some(r.status_code as i32),
+                Ok(Some(Err(bollard::errors::Error::DockerContainerWaitError {
+                    code, ..
+                }))) => info.code = Some(code as i32),
+                _ => {}
+            }
+            if let Ok(c) = self
+                .docker
+                .inspect_container(
+                    &self.id,
+                    None::<bollard::query_parameters::InspectContainerOptions>,
+                )
+                .await
+            {
+                info.oom_killed = c.state.and_then(|s| s.oom_killed).unwrap_or(false);
+            }
+            if let Some(c) = info.code.filter(|c| (129..=192).contains(c)) {
+                info.signal = Some(c - 128);
+            }
+            info
+        })
+    }
+
+    fn host_workspace(&self) -> Option<PathBuf> {
+        Some(self.workspace.clone())
+    }
+}
+
+impl Drop for DockerControl {
+    fn drop(&mut self) {
+        // Dropping the guard removes the container and the session directory.
+        let guard = self.guard.lock().ok().and_then(|mut g| g.take());
+        drop(guard);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Policy;
+
+    fn spec(network: bool) -> LaunchSpec {
+        let p = Policy::default();
+        LaunchSpec {
+            session_id: "s1".into(),
+            language: Language::Python,
+            interpreter: "/usr/bin/python3".into(),
+            argv: vec![
+                "/usr/bin/python3".into(),
+                "-I".into(),
+                "-c".into(),
+                "driver".into(),
+            ],
+            env: vec![("SANDPIT_SESSION_ID".into(), "s1".into())],
+            limits: p.limits.clone(),
+            network,
+            read_only: vec![],
+            workspace: None,
+            state_dir: "/state".into(),
+        }
+    }
+
+    #[test]
+    fn the_container_is_locked_down() {
+        let c = container_config(
+            &spec(false),
+            Path::new("/state/ws"),
+            Path::new("/state/ch"),
+            "s1",
+            "{}",
+        );
+        let h = c.host_config.clone().unwrap();
+        assert_eq!(h.privileged, Some(false));
+        assert_eq!(h.readonly_rootfs, Some(true));
+        assert_eq!(h.cap_drop, Some(vec!["ALL".to_string()]));
+        assert_eq!(
+            h.security_opt,
+            Some(vec![
+                "no-new-privileges".to_string(),
+                "seccomp={}".to_string()
+            ])
+        );
+        assert_eq!(h.log_config.unwrap().typ.as_deref(), Some("none"));
+        assert_eq!(h.network_mode.as_deref(), Some("none"));
+        assert_eq!(c.network_disabled, Some(true));
+        assert!(
+            h.pid_mode.is_none()
+                && h.ipc_mode.is_none()
+                && h.uts_mode.is_none()
+                && h.userns_mode.is_none(),
+            "no host namespaces"
+        );
+        assert_eq!(c.user.as_deref(), Some("1000:1000"));
+        assert_eq!(h.memory, h.memory_swap, "no swap beyond the memory limit");
+        assert_eq!(h.memory, Some(512 * 1024 * 1024));
+        assert_eq!(h.pids_limit, Some(128));
+        assert!(h.tmpfs.as_ref().unwrap()["/tmp"].contains("noexec"));
+        assert!(h.tmpfs.as_ref().unwrap()["/tmp"].contains("size=64m"));
+        assert!(h.binds.is_none() && h.devices.is_none() && h.volumes_from.is_none());
+        let mounts = h.mounts.unwrap();
+        let writable: Vec<_> = mounts
+            .iter()
+            .filter(|m| m.read_only != Some(true))
+            .map(|m| m.target.clone().unwrap())
+            .collect();
+        assert_eq!(
+            writable,
+            ["/workspace"],
+            "the workspace is the only writable mount"
+        );
+        for m in &mounts {
+            let src = m.source.as_deref().unwrap();
+            assert!(
+                src.starts_with("/state/"),
+                "only the session's own directories are mounted: {src}"
+            );
+            assert!(!src.contains("docker.sock"));
+        }
+        assert_eq!(c.open_stdin, Some(false));
+        assert_eq!(c.labels.unwrap()[LABEL_MANAGED], "true");
+    }
+
+    #[test]
+    fn network_only_when_allowed() {
+        let c = container_config(
+            &spec(true),
+            Path::new("/state/ws"),
+            Path::new("/state/ch"),
+            "s1",
+            "{}",
+        );
+        assert_eq!(
+            c.host_config.unwrap().network_mode.as_deref(),
+            Some("bridge")
+        );
+        assert_eq!(c.network_disabled, Some(false));
+    }
+
+    #[test]
+    fn the_shim_opens_the_channels_then_runs_the_driver() {
+        let c = container_config(
+            &spec(false),
+            Path::new("/state/ws"),
+            Path::new("/state/ch"),
+            "s1",
+            "{}",
+        );
+        let cmd = c.cmd.unwrap();
+        assert!(
+            cmd[2].starts_with("exec 3</run/sandpit/req 4>/run/sandpit/resp && "),
+            "{}",
+            cmd[2]
+        );
+        assert_eq!(&cmd[4..], ["/usr/bin/python3", "-I", "-c", "driver"]);
+        assert!(c
+            .env
+            .unwrap()
+            .iter()
+            .any(|e| e == "TINI_KILL_PROCESS_GROUP=1"));
+    }
+}
