@@ -76,10 +76,110 @@ pub struct Baseline {
     pub bare_pss_kb: Option<u64>,
 }
 
+/// The usual ways to run code in Docker, through the engine's API, in the same run.
+#[derive(Debug, Serialize)]
+pub struct DockerBaseline {
+    /// `docker exec` of `python3 -c "x = 0; x += 1"` in a running container of the sandbox image.
+    pub exec_python: Stats,
+    /// `docker run --rm` of `python3 -c pass` (create, start, wait, remove).
+    pub run_rm_python: Stats,
+}
+
 #[derive(Debug, Serialize)]
 pub struct Report {
     pub baselines: Vec<Baseline>,
+    pub docker_baseline: Option<DockerBaseline>,
     pub backends: Vec<BackendFigures>,
+}
+
+async fn docker_baseline(cold: usize, warm: usize) -> std::result::Result<DockerBaseline, String> {
+    use bollard::models::ContainerCreateBody;
+    use bollard::query_parameters::RemoveContainerOptions;
+    use futures_util::StreamExt;
+    let docker = crate::backend::docker::connect_engine().await?;
+    let image = crate::backend::docker::image::IMAGE.to_string();
+    let err = |e: bollard::errors::Error| e.to_string();
+    let remove = RemoveContainerOptions {
+        force: true,
+        ..Default::default()
+    };
+    let body = |cmd: &[&str]| ContainerCreateBody {
+        image: Some(image.clone()),
+        cmd: Some(cmd.iter().map(|s| s.to_string()).collect()),
+        network_disabled: Some(true),
+        ..Default::default()
+    };
+    let mut runs = Vec::new();
+    for _ in 0..cold {
+        let t = Instant::now();
+        let c = docker
+            .create_container(
+                None::<bollard::query_parameters::CreateContainerOptions>,
+                body(&["/usr/bin/python3", "-c", "pass"]),
+            )
+            .await
+            .map_err(err)?;
+        docker
+            .start_container(
+                &c.id,
+                None::<bollard::query_parameters::StartContainerOptions>,
+            )
+            .await
+            .map_err(err)?;
+        let _ = docker
+            .wait_container(
+                &c.id,
+                None::<bollard::query_parameters::WaitContainerOptions>,
+            )
+            .next()
+            .await;
+        docker
+            .remove_container(&c.id, Some(remove.clone()))
+            .await
+            .map_err(err)?;
+        runs.push(t.elapsed());
+    }
+    let c = docker
+        .create_container(
+            None::<bollard::query_parameters::CreateContainerOptions>,
+            body(&["sleep", "infinity"]),
+        )
+        .await
+        .map_err(err)?;
+    docker
+        .start_container(
+            &c.id,
+            None::<bollard::query_parameters::StartContainerOptions>,
+        )
+        .await
+        .map_err(err)?;
+    let mut execs = Vec::new();
+    for _ in 0..warm.min(30) {
+        let t = Instant::now();
+        let e = docker
+            .create_exec(
+                &c.id,
+                bollard::exec::CreateExecOptions {
+                    cmd: Some(vec!["/usr/bin/python3", "-c", "x = 0\nx += 1"]),
+                    attach_stdout: Some(true),
+                    attach_stderr: Some(true),
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(err)?;
+        if let bollard::exec::StartExecResults::Attached { mut output, .. } =
+            docker.start_exec(&e.id, None).await.map_err(err)?
+        {
+            while output.next().await.is_some() {}
+        }
+        execs.push(t.elapsed());
+    }
+    let _ = docker.remove_container(&c.id, Some(remove)).await;
+    Ok(DockerBaseline {
+        exec_python: stats(execs),
+        run_rm_python: stats(runs),
+    })
 }
 
 fn warm_code(lang: Language) -> (&'static str, &'static str) {
@@ -301,8 +401,20 @@ pub async fn bench(args: BenchArgs, policy: Policy) -> ExitCode {
             Err(e) => eprintln!("sandpit bench: {}: {}", k.as_str(), e.message_with_hint()),
         }
     }
+    let docker_baseline = if backends.iter().any(|b| b.backend == "docker") {
+        match docker_baseline(args.cold, args.warm).await {
+            Ok(b) => Some(b),
+            Err(e) => {
+                eprintln!("sandpit bench: docker baselines failed: {e}");
+                None
+            }
+        }
+    } else {
+        None
+    };
     let report = Report {
         baselines,
+        docker_baseline,
         backends,
     };
     if args.json {
@@ -327,6 +439,12 @@ pub async fn bench(args: BenchArgs, policy: Policy) -> ExitCode {
             b.bare_pss_kb.map(|v| v.to_string()).unwrap_or_default()
         );
     }
+    if let Some(d) = &report.docker_baseline {
+        println!(
+            "\nDocker baselines (engine API, same run): docker exec python3 -c 'x += 1': p50 {:.2} ms; docker run --rm python3 -c pass: p50 {:.2} ms",
+            d.exec_python.p50_ms, d.run_rm_python.p50_ms
+        );
+    }
     for f in &report.backends {
         println!("\nBackend {}:", f.backend);
         println!(
@@ -347,6 +465,16 @@ pub async fn bench(args: BenchArgs, policy: Policy) -> ExitCode {
                 l.warm.p99_ms,
                 l.idle_pss_kb.map(|v| v.to_string()).unwrap_or_default()
             );
+        }
+        if let (Some(d), "docker") = (&report.docker_baseline, f.backend.as_str()) {
+            if let Some(py) = f.languages.iter().find(|l| l.language == Language::Python) {
+                println!(
+                    "  python warm p50 is {:.0}x faster than docker exec; cold start {:.2} ms vs docker run --rm {:.2} ms",
+                    d.exec_python.p50_ms / py.warm.p50_ms.max(1e-9),
+                    py.cold_start.p50_ms,
+                    d.run_rm_python.p50_ms
+                );
+            }
         }
         let bare_py = report
             .baselines

@@ -203,7 +203,8 @@ pub async fn build(
     progress: &mut (dyn FnMut(&str) + Send),
 ) -> Result<(), ImageError> {
     let docker = docker.clone().with_timeout(ENGINE_TIMEOUT);
-    if offline {
+    let previous = docker.inspect_image(IMAGE).await.ok().and_then(|i| i.id);
+    let result = if offline {
         let interrupted = async {
             if tokio::signal::ctrl_c().await.is_err() {
                 std::future::pending::<()>().await;
@@ -215,6 +216,36 @@ pub async fn build(
         }
     } else {
         build_dockerfile(&docker, progress).await
+    };
+    if result.is_ok() {
+        if let Some(previous) = previous {
+            remove_if_dangling(&docker, &previous, progress).await;
+        }
+    }
+    result
+}
+
+/// Removes the image a rebuild replaced, when nothing names or uses it any more.
+async fn remove_if_dangling(docker: &Docker, id: &str, progress: &mut (dyn FnMut(&str) + Send)) {
+    let Ok(old) = docker.inspect_image(id).await else {
+        return;
+    };
+    let still_tagged = old.repo_tags.as_ref().is_some_and(|t| !t.is_empty());
+    if still_tagged {
+        return;
+    }
+    match docker
+        .remove_image(
+            id,
+            None::<bollard::query_parameters::RemoveImageOptions>,
+            None,
+        )
+        .await
+    {
+        Ok(_) => progress(&format!("removed the image it replaces ({id})")),
+        Err(e) => progress(&format!(
+            "kept the image it replaces ({id}), which is still in use: {e}"
+        )),
     }
 }
 
@@ -236,6 +267,8 @@ async fn build_dockerfile(
         .forcerm(true)
         .build();
     let mut stream = docker.build_image(options, None, Some(bollard::body_full(context.into())));
+    // The engine sends output in arbitrary pieces, with colour codes around RUN's stderr.
+    let mut partial = String::new();
     while let Some(item) = stream.next().await {
         let info = item.map_err(|e| ImageError::Engine {
             context: format!("the engine could not build {IMAGE} from docker/Dockerfile"),
@@ -250,15 +283,43 @@ async fn build_dockerfile(
             ));
         }
         if let Some(text) = info.stream {
-            for line in text.lines().map(str::trim_end).filter(|l| !l.is_empty()) {
-                progress(line);
+            partial.push_str(&strip_ansi(&text));
+            while let Some(end) = partial.find('\n') {
+                let line: String = partial.drain(..=end).collect();
+                if !line.trim().is_empty() {
+                    progress(line.trim_end());
+                }
             }
         }
         if let Some(status) = info.status {
             progress(status.trim_end());
         }
     }
+    if !partial.trim().is_empty() {
+        progress(partial.trim_end());
+    }
     report_built(docker, progress).await
+}
+
+/// `text` without ANSI escape sequences (`ESC [ … final-byte`).
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\u{1b}' {
+            out.push(c);
+            continue;
+        }
+        if chars.peek() == Some(&'[') {
+            chars.next();
+            for c in chars.by_ref() {
+                if ('@'..='~').contains(&c) {
+                    break;
+                }
+            }
+        }
+    }
+    out
 }
 
 /// A tar archive (ustar) holding one regular file, mode 0644, owned by root.
@@ -1371,6 +1432,12 @@ Components: main
             ),
             DEFAULT_MIRROR
         );
+    }
+
+    #[test]
+    fn colour_codes_are_stripped() {
+        assert_eq!(strip_ansi("\u{1b}[91m+ find\u{1b}[0m /usr"), "+ find /usr");
+        assert_eq!(strip_ansi("plain"), "plain");
     }
 
     #[test]
