@@ -265,6 +265,8 @@ async fn build_dockerfile(
         .t(IMAGE)
         .rm(true)
         .forcerm(true)
+        // A rebuild is asked for to get current packages, so apt must run again.
+        .nocache(true)
         .build();
     let mut stream = docker.build_image(options, None, Some(bollard::body_full(context.into())));
     // The engine sends output in arbitrary pieces, with colour codes around RUN's stderr.
@@ -283,7 +285,7 @@ async fn build_dockerfile(
             ));
         }
         if let Some(text) = info.stream {
-            partial.push_str(&strip_ansi(&text));
+            partial.push_str(&strip_ansi(&text).replace('\r', "\n"));
             while let Some(end) = partial.find('\n') {
                 let line: String = partial.drain(..=end).collect();
                 if !line.trim().is_empty() {
