@@ -322,12 +322,11 @@ async fn measure_backend(
         let (setup, step) = warm_code(lang);
         let opts = ExecOptions::with_timeout(Duration::from_secs(30));
         s.execute(setup, opts.clone()).await?;
-        for _ in 0..warm.min(50) {
-            s.execute(step, opts.clone()).await?;
-        }
+        // The first samples warm the interpreter up and are left out.
+        const WARMUP: usize = 20;
         let mut times = Vec::new();
         let mut recycled = 0;
-        while times.len() < warm {
+        while times.len() < warm + WARMUP {
             let t = Instant::now();
             let r = s.execute(step, opts.clone()).await?;
             let took = t.elapsed();
@@ -346,6 +345,7 @@ async fn measure_backend(
             }
             times.push(took);
         }
+        times.drain(..WARMUP);
         if recycled > 0 {
             eprintln!("sandpit bench: {} {lang}: {recycled} recycled sandboxes left out of the warm figures", kind.as_str());
         }
