@@ -375,6 +375,39 @@ mod functional {
         s.kill().await;
     }
 
+    pub async fn recycling_is_reported(ctx: Ctx) {
+        let Some(n) = ctx.backend.recycle_after() else {
+            eprintln!(
+                "SKIPPED: the {} backend does not recycle sessions",
+                ctx.kind().as_str()
+            );
+            return;
+        };
+        let mut s = ctx.session(Language::Python).await;
+        exec(&mut s, "x = 1").await;
+        for _ in 1..n {
+            let r = exec(&mut s, "x += 1").await;
+            assert_eq!(
+                (r.status, r.session_restarted),
+                (Status::Ok, false),
+                "{r:?}"
+            );
+        }
+        let r = exec(&mut s, "result = 'x' in globals()").await;
+        assert!(r.session_restarted, "{r:?}");
+        assert_eq!(
+            r.result,
+            Some(serde_json::json!(false)),
+            "a recycled session starts fresh"
+        );
+        assert!(
+            r.warnings[0].contains(&format!("recycled after {n} executions")),
+            "{:?}",
+            r.warnings
+        );
+        s.kill().await;
+    }
+
     pub async fn environment_is_clean(ctx: Ctx) {
         std::env::set_var("SANDPIT_TEST_HOST_SECRET", "host-secret-value");
         let r = ctx.run(Language::Python, "import os\nresult = {k: v for k, v in os.environ.items()}\nresult['cwd'] = os.getcwd()").await;
@@ -754,6 +787,7 @@ matrix!(functional; [linux, docker, unsandboxed];
     forked_children_do_not_take_over_the_session,
     workspace_modules_import,
     bash_exit_ends_the_cell_not_the_session,
+    recycling_is_reported,
 );
 
 matrix!(containment; [linux, docker];

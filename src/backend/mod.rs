@@ -156,6 +156,10 @@ pub trait Backend: Send + Sync {
     fn recycle_after(&self) -> Option<u64> {
         None
     }
+    /// Replace a session's sandbox that has been idle this long before its next use.
+    fn recycle_idle(&self) -> Option<std::time::Duration> {
+        None
+    }
 }
 
 /// Whether a backend can run here, and exactly why not.

@@ -117,6 +117,8 @@ pub struct Session {
     executions: u64,
     /// Executions since the current sandbox started (for recycling).
     since_start: u64,
+    /// When the last execution ended (for idle recycling).
+    last_used: Instant,
     /// State was lost since the last result (crash, kill): the next result says so.
     lost_state: bool,
 }
@@ -226,6 +228,7 @@ impl Session {
             next_cell: 1,
             executions: 0,
             since_start: 0,
+            last_used: Instant::now(),
             lost_state: false,
         };
         s.ensure_running().await?;
@@ -404,18 +407,39 @@ impl Session {
         Ok(result)
     }
 
+    /// Why the running sandbox must be replaced before the next execution, if it must: the
+    /// backend recycles after a number of executions, or after an idle time (Docker).
+    fn recycle_reason(&self) -> Option<String> {
+        self.running.as_ref()?;
+        if let Some(n) = self
+            .backend
+            .recycle_after()
+            .filter(|n| self.since_start >= *n)
+        {
+            return Some(format!("after {n} executions"));
+        }
+        let idle = self.last_used.elapsed();
+        self.backend
+            .recycle_idle()
+            .filter(|limit| idle >= *limit)
+            .map(|limit| {
+                format!(
+                    "after {} s idle (limit {} s)",
+                    idle.as_secs(),
+                    limit.as_secs()
+                )
+            })
+    }
+
     /// Runs one cell.
     pub async fn execute(&mut self, code: &str, opts: ExecOptions) -> Result<ExecResult> {
         let started = Instant::now();
         let mut was_lost = std::mem::take(&mut self.lost_state);
-        let mut recycled = false;
-        if let Some(n) = self.backend.recycle_after() {
-            if self.running.is_some() && self.since_start >= n {
-                tracing::info!(session = %self.id, executions = n, "recycling the session's sandbox");
-                self.kill().await;
-                was_lost = true;
-                recycled = true;
-            }
+        let recycled = self.recycle_reason();
+        if let Some(reason) = &recycled {
+            tracing::info!(session = %self.id, reason = %reason, "recycling the session's sandbox");
+            self.kill().await;
+            was_lost = true;
         }
         self.ensure_running().await?;
         self.since_start += 1;
@@ -564,10 +588,10 @@ impl Session {
             warnings,
             files: Vec::new(),
         };
-        if recycled {
+        if let Some(reason) = recycled {
             result.warnings.insert(
                 0,
-                "the session's sandbox was recycled before this execution (state lost)".into(),
+                format!("the session's sandbox was recycled {reason}; its state was lost"),
             );
         }
         for s in [&out, &err] {
@@ -630,6 +654,7 @@ impl Session {
                 }
             }
         }
+        self.last_used = Instant::now();
         result.stdout = out.capture.finish();
         result.stderr = err.capture.finish();
         tracing::info!(

@@ -43,6 +43,8 @@ const CHANNELS: &str = "/run/sandpit";
 /// A session's container is replaced after this many executions (its state is lost; the result
 /// says so), bounding what a long-lived container can accumulate.
 pub const RECYCLE_AFTER: u64 = 50;
+/// A session's container idle this long is replaced before its next execution.
+pub const RECYCLE_IDLE: Duration = Duration::from_secs(600);
 /// How long the launch waits for the container to open its channels.
 const OPEN_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -544,6 +546,10 @@ impl super::Backend for DockerBackend {
 
     fn recycle_after(&self) -> Option<u64> {
         Some(RECYCLE_AFTER)
+    }
+
+    fn recycle_idle(&self) -> Option<Duration> {
+        Some(RECYCLE_IDLE)
     }
 
     fn launch<'a>(&'a self, spec: &'a LaunchSpec) -> BoxFuture<'a, Result<Launched>> {
