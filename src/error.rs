@@ -58,6 +58,10 @@ pub enum Error {
     Config(String),
     #[error("package installation failed: {0}")]
     PackageInstall(String),
+    #[error("too many live sessions (the limit is {0})")]
+    SessionLimit(usize),
+    #[error("too many executions waiting (the queue holds {0})")]
+    QueueFull(usize),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -91,6 +95,8 @@ impl Error {
             Error::SessionForbidden(_) => ErrorCode::SessionForbidden,
             Error::Sandbox { .. } | Error::Io { .. } => ErrorCode::SandboxError,
             Error::PackageInstall(_) => ErrorCode::PackageInstallFailed,
+            Error::SessionLimit(_) => ErrorCode::SessionLimit,
+            Error::QueueFull(_) => ErrorCode::QueueFull,
         }
     }
 
@@ -104,6 +110,8 @@ impl Error {
             Error::SessionNotFound(_) => Some("sessions expire when idle; start a new one by sending a request with a new session_id"),
             Error::SessionLanguageMismatch { .. } => Some("use a new session_id for another language"),
             Error::Sandbox { .. } => Some("run `sandpit doctor` to check the host; set RUST_LOG=sandpit=debug for details"),
+            Error::SessionLimit(_) => Some("kill sessions you no longer need (kill_session), or wait for idle ones to expire"),
+            Error::QueueFull(_) => Some("retry later: the server is at its concurrency limit"),
             _ => None,
         }
     }

@@ -13,6 +13,7 @@ pub mod cli;
 pub mod error;
 pub mod pipeline;
 pub mod policy;
+pub mod server;
 pub mod session;
 pub mod types;
 

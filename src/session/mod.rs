@@ -10,6 +10,7 @@
 //! reported the same way.
 
 mod files;
+pub mod manager;
 
 use crate::backend::{Backend, ExitInfo, LaunchSpec, Reader, SandboxControl, Writer};
 use crate::error::{Error, Result};

@@ -1,0 +1,320 @@
+//! The session manager every interface shares (CLI-less: MCP, HTTP, the library): sessions
+//! created on first use of a `session_id` and reused after, owned by their `user`, expiring when
+//! idle, bounded in number; a bounded number of executions at once with a bounded queue behind
+//! them, one execution at a time per session; and teardown of everything on shutdown.
+
+use super::{OutputEvent, Session, SessionConfig};
+use crate::backend::{self, Backend, BackendChoice};
+use crate::error::{Error, Result};
+use crate::policy::Policy;
+use crate::types::{ExecRequest, ExecResult, Language};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+use tokio::sync::{mpsc, Mutex, Semaphore};
+
+/// Limits of the manager.
+#[derive(Debug, Clone)]
+pub struct ManagerConfig {
+    /// Live sessions at most (`SESSION_LIMIT` beyond).
+    pub max_sessions: usize,
+    /// Executions running at once.
+    pub max_concurrent: usize,
+    /// Executions waiting for a slot at most (`QUEUE_FULL` beyond).
+    pub max_queue: usize,
+    /// A session unused this long is killed by the sweep.
+    pub idle_ttl: Duration,
+}
+
+impl Default for ManagerConfig {
+    fn default() -> Self {
+        ManagerConfig { max_sessions: 100, max_concurrent: 10, max_queue: 1000, idle_ttl: Duration::from_secs(600) }
+    }
+}
+
+/// What `list_sessions` says about a session (`interface.md` §4).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SessionInfo {
+    pub session_id: String,
+    pub language: Language,
+    pub backend: String,
+    /// `idle` or `busy`.
+    pub state: &'static str,
+    pub created_at: String,
+    pub last_used_at: String,
+    pub execution_count: u64,
+}
+
+struct Entry {
+    user: String,
+    language: Language,
+    created_at: SystemTime,
+    last_used: std::sync::Mutex<(Instant, SystemTime)>,
+    busy: std::sync::atomic::AtomicBool,
+    session: Mutex<Option<Session>>,
+}
+
+/// The shared session service.
+pub struct SessionManager {
+    policy: Policy,
+    backend: Arc<dyn Backend>,
+    config: ManagerConfig,
+    sessions: Mutex<HashMap<String, Arc<Entry>>>,
+    slots: Semaphore,
+    waiting: AtomicUsize,
+}
+
+impl SessionManager {
+    /// Selects the backend and starts the idle sweep.
+    pub async fn new(policy: Policy, choice: BackendChoice, config: ManagerConfig) -> Result<Arc<SessionManager>> {
+        let backend = backend::select(choice, &policy, &backend::helper_path()?).await?;
+        Ok(Self::with_backend(policy, backend, config))
+    }
+
+    /// A manager over an already constructed backend (tests, embedding).
+    pub fn with_backend(policy: Policy, backend: Arc<dyn Backend>, config: ManagerConfig) -> Arc<SessionManager> {
+        let m = Arc::new(SessionManager {
+            policy,
+            backend,
+            slots: Semaphore::new(config.max_concurrent),
+            config,
+            sessions: Mutex::new(HashMap::new()),
+            waiting: AtomicUsize::new(0),
+        });
+        let weak = Arc::downgrade(&m);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                tick.tick().await;
+                let Some(m) = weak.upgrade() else { break };
+                m.sweep().await;
+            }
+        });
+        m
+    }
+
+    pub fn backend_name(&self) -> &'static str {
+        self.backend.kind().as_str()
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// Executions waiting for a slot now.
+    pub fn queue_len(&self) -> usize {
+        self.waiting.load(Ordering::Relaxed)
+    }
+
+    /// Live sessions now.
+    pub async fn session_count(&self) -> usize {
+        self.sessions.lock().await.len()
+    }
+
+    /// Runs a request. Every failure is a result with `error` (never a transport error), so each
+    /// interface reports it the same way.
+    pub async fn execute(&self, req: ExecRequest, output: Option<mpsc::UnboundedSender<OutputEvent>>) -> ExecResult {
+        let language = req.language;
+        match self.execute_inner(req, output).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::info!(code = ?e.code(), error = %e, "execution refused or failed");
+                ExecResult::from_error(language, self.backend_name(), &e)
+            }
+        }
+    }
+
+    async fn execute_inner(&self, req: ExecRequest, output: Option<mpsc::UnboundedSender<OutputEvent>>) -> Result<ExecResult> {
+        self.policy.validate(&req)?;
+        if let Some(id) = &req.session_id {
+            if id.is_empty() || id.len() > 128 || !id.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+                return Err(Error::InvalidRequest(format!("session_id {id:?} must be 1-128 characters of letters, digits, '-', '_' or '.'")));
+            }
+        }
+        // A slot, or a place in the bounded queue.
+        let permit = match self.slots.try_acquire() {
+            Ok(p) => p,
+            Err(_) => {
+                if self.waiting.fetch_add(1, Ordering::SeqCst) >= self.config.max_queue {
+                    self.waiting.fetch_sub(1, Ordering::SeqCst);
+                    return Err(Error::QueueFull(self.config.max_queue));
+                }
+                let p = self.slots.acquire().await;
+                self.waiting.fetch_sub(1, Ordering::SeqCst);
+                p.map_err(|_| Error::sandbox("the session manager is shutting down"))?
+            }
+        };
+        let Some(id) = req.session_id.clone() else {
+            // One-shot: a fresh sandbox, gone afterwards.
+            let config = SessionConfig::for_request(&self.policy, &req);
+            let mut s = Session::start(&self.policy, self.backend.clone(), config).await?;
+            let r = s.run_request(&req, output).await;
+            s.kill().await;
+            drop(permit);
+            return r;
+        };
+        let entry = self.entry_for(&id, &req).await?;
+        let mut guard = entry.session.lock().await;
+        entry.busy.store(true, Ordering::SeqCst);
+        let result = async {
+            if guard.is_none() {
+                let mut config = SessionConfig::for_request(&self.policy, &req);
+                config.session_id = Some(id.clone());
+                *guard = Some(Session::start(&self.policy, self.backend.clone(), config).await?);
+            }
+            match guard.as_mut() {
+                Some(s) => s.run_request(&req, output).await,
+                None => Err(Error::sandbox("session vanished")),
+            }
+        }
+        .await;
+        entry.busy.store(false, Ordering::SeqCst);
+        if let Ok(mut t) = entry.last_used.lock() {
+            *t = (Instant::now(), SystemTime::now());
+        }
+        drop(guard);
+        drop(permit);
+        result
+    }
+
+    /// The entry for `id`: the existing one (checked for owner and language) or a new one.
+    async fn entry_for(&self, id: &str, req: &ExecRequest) -> Result<Arc<Entry>> {
+        let mut sessions = self.sessions.lock().await;
+        if let Some(e) = sessions.get(id) {
+            if e.user != req.user {
+                return Err(Error::SessionForbidden(id.to_string()));
+            }
+            if e.language != req.language {
+                return Err(Error::SessionLanguageMismatch {
+                    id: id.to_string(),
+                    actual: e.language.to_string(),
+                    requested: req.language.to_string(),
+                });
+            }
+            return Ok(e.clone());
+        }
+        if sessions.len() >= self.config.max_sessions {
+            return Err(Error::SessionLimit(self.config.max_sessions));
+        }
+        let e = Arc::new(Entry {
+            user: req.user.clone(),
+            language: req.language,
+            created_at: SystemTime::now(),
+            last_used: std::sync::Mutex::new((Instant::now(), SystemTime::now())),
+            busy: std::sync::atomic::AtomicBool::new(false),
+            session: Mutex::new(None),
+        });
+        sessions.insert(id.to_string(), e.clone());
+        tracing::info!(session = %id, user = %req.user, language = %req.language, "session created");
+        Ok(e)
+    }
+
+    /// The sessions `user` owns.
+    pub async fn list(&self, user: &str) -> Vec<SessionInfo> {
+        let sessions = self.sessions.lock().await;
+        let mut out: Vec<SessionInfo> = sessions
+            .iter()
+            .filter(|(_, e)| e.user == user)
+            .map(|(id, e)| {
+                let (_, last) = e.last_used.lock().map(|t| *t).unwrap_or((Instant::now(), SystemTime::now()));
+                let count = e.session.try_lock().ok().and_then(|s| s.as_ref().map(|s| s.executions())).unwrap_or(0);
+                SessionInfo {
+                    session_id: id.clone(),
+                    language: e.language,
+                    backend: self.backend_name().to_string(),
+                    state: if e.busy.load(Ordering::SeqCst) { "busy" } else { "idle" },
+                    created_at: rfc3339(e.created_at),
+                    last_used_at: rfc3339(last),
+                    execution_count: count,
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| a.session_id.cmp(&b.session_id));
+        out
+    }
+
+    /// Kills `user`'s session `id`: `Ok(true)` if it existed, `Ok(false)` if not;
+    /// `SESSION_FORBIDDEN` if it belongs to someone else.
+    pub async fn kill(&self, user: &str, id: &str) -> Result<bool> {
+        let entry = {
+            let mut sessions = self.sessions.lock().await;
+            match sessions.get(id) {
+                None => return Ok(false),
+                Some(e) if e.user != user => return Err(Error::SessionForbidden(id.to_string())),
+                Some(_) => sessions.remove(id),
+            }
+        };
+        if let Some(e) = entry {
+            if let Some(mut s) = e.session.lock().await.take() {
+                s.kill().await;
+            }
+            tracing::info!(session = %id, "session killed on request");
+        }
+        Ok(true)
+    }
+
+    /// Kills sessions idle longer than the TTL.
+    pub async fn sweep(&self) {
+        let expired: Vec<(String, Arc<Entry>)> = {
+            let mut sessions = self.sessions.lock().await;
+            let ids: Vec<String> = sessions
+                .iter()
+                .filter(|(_, e)| {
+                    !e.busy.load(Ordering::SeqCst)
+                        && e.last_used.lock().map(|t| t.0.elapsed() >= self.config.idle_ttl).unwrap_or(false)
+                })
+                .map(|(id, _)| id.clone())
+                .collect();
+            ids.into_iter().filter_map(|id| sessions.remove(&id).map(|e| (id, e))).collect()
+        };
+        for (id, e) in expired {
+            if let Some(mut s) = e.session.lock().await.take() {
+                s.kill().await;
+            }
+            tracing::info!(session = %id, "session expired (idle)");
+        }
+    }
+
+    /// Tears down every session and its sandbox.
+    pub async fn shutdown(&self) {
+        self.slots.close();
+        let all: Vec<(String, Arc<Entry>)> = self.sessions.lock().await.drain().collect();
+        for (id, e) in all {
+            if let Some(mut s) = e.session.lock().await.take() {
+                s.kill().await;
+            }
+            tracing::info!(session = %id, "session torn down at shutdown");
+        }
+    }
+}
+
+/// `SystemTime` as RFC 3339 UTC with seconds (`2026-11-22T00:45:00Z`).
+pub fn rfc3339(t: SystemTime) -> String {
+    let secs = t.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_formats_utc() {
+        assert_eq!(rfc3339(SystemTime::UNIX_EPOCH), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_308_300)), "2026-11-22T00:45:00Z");
+        assert_eq!(rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(951_782_400)), "2000-02-29T00:00:00Z");
+    }
+}
