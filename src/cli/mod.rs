@@ -122,6 +122,30 @@ fn not_yet(what: &str) -> ExitCode {
     ExitCode::from(EXIT_SANDPIT_FAILURE)
 }
 
+/// `sandpit mcp`: the MCP server on stdio. Logs go to stderr; stdout carries only the protocol.
+async fn mcp(backend: BackendArg, policy: Policy) -> ExitCode {
+    let started = async {
+        let choice = backend_choice(&backend, &policy)?;
+        crate::session::manager::SessionManager::new(policy, choice, Default::default()).await
+    };
+    let manager = match started.await {
+        Ok(m) => m,
+        Err(e) => {
+            report_error(&e);
+            return ExitCode::from(EXIT_SANDPIT_FAILURE);
+        }
+    };
+    let outcome = crate::server::mcp::serve(manager.clone()).await;
+    manager.shutdown().await;
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            report_error(&e);
+            ExitCode::from(EXIT_SANDPIT_FAILURE)
+        }
+    }
+}
+
 /// Entry point of the `sandpit` binary.
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -158,7 +182,7 @@ pub fn main() -> ExitCode {
         }
         Command::Doctor { json } => doctor::doctor(json, &policy, &source),
         Command::Bench(args) => runtime.block_on(bench::bench(args, policy)),
-        Command::Mcp { .. } => not_yet("the MCP server (`sandpit mcp`)"),
+        Command::Mcp { backend } => runtime.block_on(mcp(backend, policy)),
         Command::Serve { .. } => not_yet("the HTTP API (`sandpit serve`)"),
         Command::Image {
             action: ImageAction::Build { offline },

@@ -30,7 +30,12 @@ pub struct ManagerConfig {
 
 impl Default for ManagerConfig {
     fn default() -> Self {
-        ManagerConfig { max_sessions: 100, max_concurrent: 10, max_queue: 1000, idle_ttl: Duration::from_secs(600) }
+        ManagerConfig {
+            max_sessions: 100,
+            max_concurrent: 10,
+            max_queue: 1000,
+            idle_ttl: Duration::from_secs(600),
+        }
     }
 }
 
@@ -68,13 +73,21 @@ pub struct SessionManager {
 
 impl SessionManager {
     /// Selects the backend and starts the idle sweep.
-    pub async fn new(policy: Policy, choice: BackendChoice, config: ManagerConfig) -> Result<Arc<SessionManager>> {
+    pub async fn new(
+        policy: Policy,
+        choice: BackendChoice,
+        config: ManagerConfig,
+    ) -> Result<Arc<SessionManager>> {
         let backend = backend::select(choice, &policy, &backend::helper_path()?).await?;
         Ok(Self::with_backend(policy, backend, config))
     }
 
     /// A manager over an already constructed backend (tests, embedding).
-    pub fn with_backend(policy: Policy, backend: Arc<dyn Backend>, config: ManagerConfig) -> Arc<SessionManager> {
+    pub fn with_backend(
+        policy: Policy,
+        backend: Arc<dyn Backend>,
+        config: ManagerConfig,
+    ) -> Arc<SessionManager> {
         let m = Arc::new(SessionManager {
             policy,
             backend,
@@ -115,7 +128,11 @@ impl SessionManager {
 
     /// Runs a request. Every failure is a result with `error` (never a transport error), so each
     /// interface reports it the same way.
-    pub async fn execute(&self, req: ExecRequest, output: Option<mpsc::UnboundedSender<OutputEvent>>) -> ExecResult {
+    pub async fn execute(
+        &self,
+        req: ExecRequest,
+        output: Option<mpsc::UnboundedSender<OutputEvent>>,
+    ) -> ExecResult {
         let language = req.language;
         match self.execute_inner(req, output).await {
             Ok(r) => r,
@@ -126,10 +143,19 @@ impl SessionManager {
         }
     }
 
-    async fn execute_inner(&self, req: ExecRequest, output: Option<mpsc::UnboundedSender<OutputEvent>>) -> Result<ExecResult> {
+    async fn execute_inner(
+        &self,
+        req: ExecRequest,
+        output: Option<mpsc::UnboundedSender<OutputEvent>>,
+    ) -> Result<ExecResult> {
         self.policy.validate(&req)?;
         if let Some(id) = &req.session_id {
-            if id.is_empty() || id.len() > 128 || !id.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+            if id.is_empty()
+                || id.len() > 128
+                || !id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            {
                 return Err(Error::InvalidRequest(format!("session_id {id:?} must be 1-128 characters of letters, digits, '-', '_' or '.'")));
             }
         }
@@ -218,13 +244,26 @@ impl SessionManager {
             .iter()
             .filter(|(_, e)| e.user == user)
             .map(|(id, e)| {
-                let (_, last) = e.last_used.lock().map(|t| *t).unwrap_or((Instant::now(), SystemTime::now()));
-                let count = e.session.try_lock().ok().and_then(|s| s.as_ref().map(|s| s.executions())).unwrap_or(0);
+                let (_, last) = e
+                    .last_used
+                    .lock()
+                    .map(|t| *t)
+                    .unwrap_or((Instant::now(), SystemTime::now()));
+                let count = e
+                    .session
+                    .try_lock()
+                    .ok()
+                    .and_then(|s| s.as_ref().map(|s| s.executions()))
+                    .unwrap_or(0);
                 SessionInfo {
                     session_id: id.clone(),
                     language: e.language,
                     backend: self.backend_name().to_string(),
-                    state: if e.busy.load(Ordering::SeqCst) { "busy" } else { "idle" },
+                    state: if e.busy.load(Ordering::SeqCst) {
+                        "busy"
+                    } else {
+                        "idle"
+                    },
                     created_at: rfc3339(e.created_at),
                     last_used_at: rfc3339(last),
                     execution_count: count,
@@ -263,11 +302,16 @@ impl SessionManager {
                 .iter()
                 .filter(|(_, e)| {
                     !e.busy.load(Ordering::SeqCst)
-                        && e.last_used.lock().map(|t| t.0.elapsed() >= self.config.idle_ttl).unwrap_or(false)
+                        && e.last_used
+                            .lock()
+                            .map(|t| t.0.elapsed() >= self.config.idle_ttl)
+                            .unwrap_or(false)
                 })
                 .map(|(id, _)| id.clone())
                 .collect();
-            ids.into_iter().filter_map(|id| sessions.remove(&id).map(|e| (id, e))).collect()
+            ids.into_iter()
+                .filter_map(|id| sessions.remove(&id).map(|e| (id, e)))
+                .collect()
         };
         for (id, e) in expired {
             if let Some(mut s) = e.session.lock().await.take() {
@@ -292,7 +336,10 @@ impl SessionManager {
 
 /// `SystemTime` as RFC 3339 UTC with seconds (`2026-11-22T00:45:00Z`).
 pub fn rfc3339(t: SystemTime) -> String {
-    let secs = t.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
+    let secs = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
     let z = days + 719_468;
@@ -304,7 +351,12 @@ pub fn rfc3339(t: SystemTime) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 #[cfg(test)]
@@ -314,7 +366,13 @@ mod tests {
     #[test]
     fn rfc3339_formats_utc() {
         assert_eq!(rfc3339(SystemTime::UNIX_EPOCH), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_308_300)), "2026-11-22T00:45:00Z");
-        assert_eq!(rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(951_782_400)), "2000-02-29T00:00:00Z");
+        assert_eq!(
+            rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_308_300)),
+            "2026-11-22T00:45:00Z"
+        );
+        assert_eq!(
+            rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(951_782_400)),
+            "2000-02-29T00:00:00Z"
+        );
     }
 }
