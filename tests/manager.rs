@@ -206,7 +206,7 @@ fn the_queue_is_bounded_and_nothing_queued_is_lost() {
             tasks.push(tokio::spawn(async move {
                 let r = m
                     .execute(
-                        req(Language::Bash, &format!("sleep 0.3; echo {i}"), None, "u"),
+                        req(Language::Bash, &format!("sleep 1.5; echo {i}"), None, "u"),
                         None,
                     )
                     .await;
