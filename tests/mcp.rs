@@ -1,0 +1,576 @@
+//! `sandpit mcp` as clients see it (interface.md §4): the server as a child process speaking
+//! real JSON-RPC over its stdin/stdout, and (when it can be installed) the official Python SDK
+//! client driving it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_sandpit")
+}
+
+/// The native backend when this host has it (required under CI=true), else `unsandboxed`.
+fn backend() -> &'static str {
+    let out = Command::new(bin())
+        .args(["doctor", "--json"])
+        .env_remove("SANDPIT_HELPER")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run sandpit doctor");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let linux_ok = v["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|b| b["backend"] == "linux" && b["available"] == true);
+    if linux_ok {
+        "linux"
+    } else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true but the linux backend is unavailable: {v}"
+        );
+        eprintln!("SKIPPED linux: unavailable here; using the unsandboxed backend for MCP tests");
+        "unsandboxed"
+    }
+}
+
+/// A `sandpit mcp` child and a line reader on its stdout.
+struct Server {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::Receiver<String>,
+    next_id: u64,
+}
+
+impl Server {
+    fn start(backend: &str) -> Server {
+        let mut child = Command::new(bin())
+            .args(["mcp", "-b", backend])
+            .env_remove("SANDPIT_HELPER")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn sandpit mcp");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stdin = child.stdin.take();
+        Server {
+            child,
+            stdin,
+            lines,
+            next_id: 1,
+        }
+    }
+
+    fn send(&mut self, msg: &Value) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        let mut line = serde_json::to_string(msg).unwrap();
+        line.push('\n');
+        stdin.write_all(line.as_bytes()).unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Sends a request and returns its response (the whole JSON-RPC message). Every stdout line
+    /// must be a JSON-RPC message: stdout carries only the protocol.
+    fn request(&mut self, method: &str, params: Option<Value>) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut msg = json!({"jsonrpc": "2.0", "id": id, "method": method});
+        if let Some(p) = params {
+            msg["params"] = p;
+        }
+        self.send(&msg);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|e| panic!("no response to {method} (id {id}): {e}"));
+            let v: Value = serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line}"));
+            assert_eq!(v["jsonrpc"], "2.0", "not JSON-RPC: {line}");
+            if v["id"] == json!(id) && v.get("method").is_none() {
+                return v;
+            }
+            // A notification or a server->client request: not ours; keep reading.
+        }
+    }
+
+    fn notify(&mut self, method: &str) {
+        self.send(&json!({"jsonrpc": "2.0", "method": method}));
+    }
+
+    fn initialize(&mut self, version: &str) -> Value {
+        let r = self.request(
+            "initialize",
+            Some(json!({
+                "protocolVersion": version,
+                "capabilities": {},
+                "clientInfo": {"name": "sandpit-test", "version": "0"}
+            })),
+        );
+        let result = r["result"].clone();
+        assert!(result.is_object(), "initialize failed: {r}");
+        self.notify("notifications/initialized");
+        result
+    }
+
+    /// `tools/call`, returning the `CallToolResult`.
+    fn call(&mut self, tool: &str, args: Value) -> Value {
+        let r = self.request("tools/call", Some(json!({"name": tool, "arguments": args})));
+        assert!(r["error"].is_null(), "tools/call {tool} failed: {r}");
+        r["result"].clone()
+    }
+
+    /// Closes stdin and waits for a clean exit.
+    fn close_and_wait(mut self) {
+        drop(self.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert!(status.success(), "sandpit mcp exited with {status}");
+                return;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("sandpit mcp did not exit within 15s of stdin closing");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// (pid, start time) of every live descendant of `root`, from /proc.
+fn descendants(root: u32) -> Vec<(u32, u64)> {
+    let mut procs = Vec::new(); // (pid, ppid, starttime)
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    for entry in dir.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if let Some((ppid, start, state)) = stat(pid) {
+            if state != 'Z' {
+                procs.push((pid, ppid, start));
+            }
+        }
+    }
+    let mut found = vec![root];
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < found.len() {
+        let parent = found[i];
+        for &(pid, ppid, start) in &procs {
+            if ppid == parent && !found.contains(&pid) {
+                found.push(pid);
+                out.push((pid, start));
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+/// (ppid, start time, state) of `pid`.
+fn stat(pid: u32) -> Option<(u32, u64, char)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // rest starts at field 3 (state): ppid is field 4, starttime field 22.
+    let state = fields.first()?.chars().next()?;
+    let ppid = fields.get(1)?.parse().ok()?;
+    let start = fields.get(19)?.parse().ok()?;
+    Some((ppid, start, state))
+}
+
+fn text(result: &Value) -> String {
+    result["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("content[0] is not a text block: {result}"))
+        .to_string()
+}
+
+#[test]
+fn mcp_session_over_stdio() {
+    let b = backend();
+    let mut s = Server::start(b);
+    let init = s.initialize("2025-06-18");
+    assert_eq!(init["protocolVersion"], "2025-06-18", "{init}");
+    assert!(init["capabilities"]["tools"].is_object(), "{init}");
+    assert_eq!(init["serverInfo"]["name"], "sandpit");
+
+    // tools/list: three tools with object schemas derived from ExecRequest.
+    let r = s.request("tools/list", None);
+    let tools = r["result"]["tools"].as_array().expect("tools").clone();
+    let mut names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["execute_code", "kill_session", "list_sessions"]);
+    for t in &tools {
+        assert_eq!(t["inputSchema"]["type"], "object", "{t}");
+        assert!(t["description"].is_string(), "{t}");
+    }
+    let exec = tools.iter().find(|t| t["name"] == "execute_code").unwrap();
+    let props = &exec["inputSchema"]["properties"];
+    for p in [
+        "language",
+        "code",
+        "session_id",
+        "timeout_ms",
+        "input_data",
+        "files",
+        "output_files",
+        "packages",
+    ] {
+        assert!(
+            props[p].is_object(),
+            "execute_code schema lacks {p}: {exec}"
+        );
+    }
+    assert_eq!(
+        props["language"]["enum"],
+        json!(["python", "javascript", "bash"])
+    );
+    assert_eq!(exec["inputSchema"]["required"], json!(["language", "code"]));
+    let kill = tools.iter().find(|t| t["name"] == "kill_session").unwrap();
+    assert_eq!(kill["inputSchema"]["required"], json!(["session_id"]));
+
+    // A multi-step session: state survives between calls.
+    let r = s.call(
+        "execute_code",
+        json!({"language": "python", "code": "x = 41", "session_id": "s1"}),
+    );
+    assert_eq!(r["isError"], false, "{r}");
+    assert_eq!(r["structuredContent"]["status"], "ok", "{r}");
+    assert_eq!(r["structuredContent"]["backend"], b, "{r}");
+    let r = s.call(
+        "execute_code",
+        json!({"language": "py", "code": "print('hello')\nresult = x + 1", "session_id": "s1"}),
+    );
+    assert_eq!(r["isError"], false, "{r}");
+    assert_eq!(r["structuredContent"]["result"], 42, "{r}");
+    assert_eq!(r["structuredContent"]["session_id"], "s1", "{r}");
+    let t = text(&r);
+    assert!(t.contains("hello") && t.contains("42"), "{t}");
+
+    // Stderr and a non-zero exit are labelled in the text.
+    let r = s.call(
+        "execute_code",
+        json!({"language": "bash", "code": "echo out; echo oops >&2; exit 3"}),
+    );
+    assert_eq!(r["isError"], true, "{r}");
+    assert_eq!(r["structuredContent"]["exit_code"], 3, "{r}");
+    let t = text(&r);
+    assert!(t.contains("out") && t.contains("stderr:\noops"), "{t}");
+    assert!(t.contains("exit code: 3"), "{t}");
+
+    // input_data and files reach the code.
+    let r = s.call(
+        "execute_code",
+        json!({
+            "language": "javascript",
+            "code": "const fs = require('fs'); result = n * 2 + fs.readFileSync('in.txt', 'utf8').length",
+            "input_data": {"n": 20},
+            "files": [{"path": "in.txt", "content": "ab", "encoding": "utf8"}]
+        }),
+    );
+    assert_eq!(r["structuredContent"]["result"], 42, "{r}");
+
+    // An exception.
+    let r = s.call("execute_code", json!({"language": "python", "code": "1/0"}));
+    assert_eq!(r["isError"], true, "{r}");
+    assert_eq!(r["structuredContent"]["status"], "error", "{r}");
+    assert_eq!(
+        r["structuredContent"]["exception"]["type"], "ZeroDivisionError",
+        "{r}"
+    );
+    assert!(text(&r).contains("ZeroDivisionError"), "{r}");
+
+    // A language mismatch on s1.
+    let r = s.call(
+        "execute_code",
+        json!({"language": "javascript", "code": "1", "session_id": "s1"}),
+    );
+    assert_eq!(r["isError"], true, "{r}");
+    assert_eq!(
+        r["structuredContent"]["error"]["code"], "SESSION_LANGUAGE_MISMATCH",
+        "{r}"
+    );
+    assert!(text(&r).contains("SESSION_LANGUAGE_MISMATCH"), "{r}");
+
+    // list_sessions shows s1; the session's processes are alive now.
+    let r = s.call("list_sessions", json!({}));
+    let sessions = r["structuredContent"]["sessions"].as_array().unwrap();
+    let s1 = sessions
+        .iter()
+        .find(|x| x["session_id"] == "s1")
+        .unwrap_or_else(|| panic!("s1 not listed: {r}"));
+    assert_eq!(s1["language"], "python");
+    assert_eq!(s1["execution_count"], 2, "{r}");
+    for key in ["backend", "state", "created_at", "last_used_at"] {
+        assert!(s1[key].is_string(), "{key} missing: {r}");
+    }
+    assert!(text(&r).contains("s1"), "{r}");
+
+    // kill_session s1, then again (already gone).
+    let r = s.call("kill_session", json!({"session_id": "s1"}));
+    assert_eq!(r["structuredContent"], json!({"killed": true}), "{r}");
+    let r = s.call("kill_session", json!({"session_id": "s1"}));
+    assert_eq!(r["structuredContent"], json!({"killed": false}), "{r}");
+    let r = s.call("list_sessions", json!({}));
+    assert_eq!(r["structuredContent"]["sessions"], json!([]), "{r}");
+
+    // An unknown method: -32601, and the server still answers.
+    let r = s.request("no/such_method", Some(json!({})));
+    assert_eq!(r["error"]["code"], -32601, "{r}");
+    let r = s.request("tools/list", None);
+    assert_eq!(r["result"]["tools"].as_array().unwrap().len(), 3, "{r}");
+
+    // Bad arguments: -32602 or an isError result with a clear message, and serving goes on.
+    for (tool, args, needle) in [
+        ("execute_code", json!({"language": "python"}), "code"),
+        (
+            "execute_code",
+            json!({"language": "python", "code": "1", "bogus": true}),
+            "bogus",
+        ),
+        (
+            "execute_code",
+            json!({"language": "cobol", "code": "1"}),
+            "cobol",
+        ),
+        (
+            "execute_code",
+            json!({"language": "python", "code": "1", "user": "mallory"}),
+            "user",
+        ),
+        ("kill_session", json!({}), "session_id"),
+        ("list_sessions", json!({"x": 1}), "x"),
+    ] {
+        let r = s.request("tools/call", Some(json!({"name": tool, "arguments": args})));
+        if r["error"].is_object() {
+            assert_eq!(r["error"]["code"], -32602, "{r}");
+        } else {
+            assert_eq!(r["result"]["isError"], true, "{r}");
+            assert!(text(&r["result"]).contains(needle), "{r}");
+        }
+    }
+    let r = s.request("tools/call", Some(json!({"name": "nope", "arguments": {}})));
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+
+    // A fresh session, then stdin closes: a clean exit that leaves no process behind.
+    let r = s.call(
+        "execute_code",
+        json!({"language": "bash", "code": "X=1", "session_id": "s2"}),
+    );
+    assert_eq!(r["isError"], false, "{r}");
+    let before = descendants(s.child.id());
+    if b == "linux" {
+        assert!(
+            !before.is_empty(),
+            "session s2 has no process under the server"
+        );
+    }
+    s.close_and_wait();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let alive: Vec<_> = before
+            .iter()
+            .filter(|(pid, start)| {
+                stat(*pid).is_some_and(|(_, st, state)| st == *start && state != 'Z')
+            })
+            .collect();
+        if alive.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "processes of the session survived the server: {alive:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn mcp_negotiates_older_protocol() {
+    let mut s = Server::start(backend());
+    let init = s.initialize("2024-11-05");
+    assert_eq!(init["protocolVersion"], "2024-11-05", "{init}");
+    let r = s.request("tools/list", None);
+    assert_eq!(r["result"]["tools"].as_array().unwrap().len(), 3, "{r}");
+    let r = s.call(
+        "execute_code",
+        json!({"language": "sh", "code": "echo $((6 * 7))"}),
+    );
+    assert_eq!(r["isError"], false, "{r}");
+    assert!(text(&r).contains("42"), "{r}");
+    s.close_and_wait();
+}
+
+#[test]
+fn mcp_exits_cleanly_when_stdin_closes_before_initialize() {
+    let s = Server::start(backend());
+    s.close_and_wait();
+}
+
+/// A python with the official MCP SDK: `SANDPIT_MCP_PYTHON`, `/usr/bin/python3` if it has it,
+/// else a venv under the target directory (created once with `pip install mcp`).
+fn python_with_mcp_sdk() -> Result<PathBuf, String> {
+    let has_sdk = |py: &Path| {
+        Command::new(py)
+            .args(["-c", "import mcp.client.stdio"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if let Some(py) = std::env::var_os("SANDPIT_MCP_PYTHON") {
+        let py = PathBuf::from(py);
+        return if has_sdk(&py) {
+            Ok(py)
+        } else {
+            Err(format!(
+                "SANDPIT_MCP_PYTHON={} cannot import mcp",
+                py.display()
+            ))
+        };
+    }
+    let system = PathBuf::from("/usr/bin/python3");
+    if has_sdk(&system) {
+        return Ok(system);
+    }
+    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mcp-sdk-venv");
+    let py = venv.join("bin/python");
+    if has_sdk(&py) {
+        return Ok(py);
+    }
+    let ok = Command::new(&system)
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        return Err(format!("`{} -m venv` failed", system.display()));
+    }
+    let ok = Command::new(&py)
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--timeout",
+            "30",
+            "mcp",
+        ])
+        .status()
+        .is_ok_and(|s| s.success());
+    if ok && has_sdk(&py) {
+        Ok(py)
+    } else {
+        Err("`pip install mcp` into a venv failed (is PyPI reachable?)".to_string())
+    }
+}
+
+const SDK_CLIENT: &str = r#"
+import asyncio, sys
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+def field(obj, snake, camel):
+    return getattr(obj, snake, getattr(obj, camel, None))
+
+async def main():
+    params = StdioServerParameters(command=sys.argv[1], args=["mcp", "-b", sys.argv[2]])
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            tools = await session.list_tools()
+            names = sorted(t.name for t in tools.tools)
+            assert names == ["execute_code", "kill_session", "list_sessions"], names
+            r = await session.call_tool("execute_code", {
+                "language": "python", "session_id": "sdk",
+                "code": "print('from the sdk')\nresult = {'answer': 6 * 7}"})
+            assert field(r, "is_error", "isError") is False, r
+            sc = field(r, "structured_content", "structuredContent")
+            assert sc["result"] == {"answer": 42}, sc
+            assert sc["status"] == "ok", sc
+            assert "from the sdk" in r.content[0].text, r.content
+            r = await session.call_tool("execute_code", {"language": "python", "code": "1/0"})
+            assert field(r, "is_error", "isError") is True, r
+            sc = field(r, "structured_content", "structuredContent")
+            assert sc["exception"]["type"] == "ZeroDivisionError", sc
+            r = await session.call_tool("list_sessions", {})
+            sc = field(r, "structured_content", "structuredContent")
+            assert [s["session_id"] for s in sc["sessions"]] == ["sdk"], sc
+            r = await session.call_tool("kill_session", {"session_id": "sdk"})
+            assert field(r, "structured_content", "structuredContent") == {"killed": True}, r
+    print("SDK-CLIENT-OK")
+
+asyncio.run(main())
+"#;
+
+#[test]
+fn mcp_official_python_sdk_client() {
+    let py = match python_with_mcp_sdk() {
+        Ok(py) => py,
+        Err(why) => {
+            // Not a failure even under CI: the SDK is an optional, external dependency.
+            eprintln!(
+                "SKIPPED the Python MCP SDK client test: {why}. \
+                 Install it with `/usr/bin/python3 -m pip install --user mcp` or point \
+                 SANDPIT_MCP_PYTHON at a python that has it."
+            );
+            return;
+        }
+    };
+    let mut child = Command::new(&py)
+        .args(["-c", SDK_CLIENT, bin(), backend()])
+        .env_remove("SANDPIT_HELPER")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run the SDK client");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the Python SDK client did not finish within 120s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("SDK-CLIENT-OK"),
+        "the Python SDK client failed ({}):\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+}
