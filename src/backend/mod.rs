@@ -98,6 +98,30 @@ pub struct LaunchSpec {
     pub state_dir: PathBuf,
 }
 
+/// The environment every sandbox starts with (`interface.md` §2): `PATH HOME TMPDIR LANG TERM
+/// SANDPIT_WORKSPACE`, then the launch spec's `SANDPIT_*` variables. Nothing of the server's own
+/// environment. Backends pass the paths as the sandbox sees them.
+pub fn sandbox_env(
+    home: &str,
+    tmp: &str,
+    workspace: &str,
+    spec: &LaunchSpec,
+) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = [
+        ("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        ("HOME", home),
+        ("TMPDIR", tmp),
+        ("LANG", "C.UTF-8"),
+        ("TERM", "xterm-256color"),
+        ("SANDPIT_WORKSPACE", workspace),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    env.extend(spec.env.iter().cloned());
+    env
+}
+
 /// How a sandbox ended.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ExitInfo {

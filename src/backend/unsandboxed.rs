@@ -45,21 +45,12 @@ impl super::Backend for UnsandboxedBackend {
                 std::fs::create_dir_all(d)
                     .map_err(|e| Error::io(format!("create {}", d.display()), e))?;
             }
-            let mut env = vec![
-                (
-                    "PATH".to_string(),
-                    "/usr/local/bin:/usr/bin:/bin".to_string(),
-                ),
-                ("HOME".to_string(), home.display().to_string()),
-                ("TMPDIR".to_string(), tmp.display().to_string()),
-                ("LANG".to_string(), "C.UTF-8".to_string()),
-                ("TERM".to_string(), "xterm-256color".to_string()),
-                (
-                    "SANDPIT_WORKSPACE".to_string(),
-                    workspace.display().to_string(),
-                ),
-            ];
-            env.extend(spec.env.iter().cloned());
+            let env = super::sandbox_env(
+                &home.display().to_string(),
+                &tmp.display().to_string(),
+                &workspace.display().to_string(),
+                spec,
+            );
             super::pty_spawn::spawn(
                 super::pty_spawn::Program {
                     path: spec.interpreter.clone(),

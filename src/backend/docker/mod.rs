@@ -185,18 +185,13 @@ pub fn container_config(
         interpreter.to_string(),
     ];
     cmd.extend(spec.argv.iter().skip(1).cloned());
-    let mut env = vec![
-        "PATH=/usr/local/bin:/usr/bin:/bin".to_string(),
-        "HOME=/home/sandbox".to_string(),
-        "TMPDIR=/tmp".to_string(),
-        "LANG=C.UTF-8".to_string(),
-        "TERM=xterm-256color".to_string(),
-        "SANDPIT_WORKSPACE=/workspace".to_string(),
-        // docker-init (tini) forwards the interrupt to the whole process group, as the native
-        // backend's SIGINT to the sandbox's group does.
-        "TINI_KILL_PROCESS_GROUP=1".to_string(),
-    ];
-    env.extend(spec.env.iter().map(|(k, v)| format!("{k}={v}")));
+    let mut env: Vec<String> = super::sandbox_env("/home/sandbox", "/tmp", "/workspace", spec)
+        .into_iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    // docker-init (tini) forwards the interrupt to the whole process group, as the native
+    // backend's SIGINT to the sandbox's group does. The launch shim removes it again.
+    env.push("TINI_KILL_PROCESS_GROUP=1".to_string());
     let labels = HashMap::from([
         (LABEL_MANAGED.to_string(), "true".to_string()),
         (LABEL_SESSION.to_string(), session.to_string()),
@@ -334,16 +329,7 @@ impl DockerBackend {
             }
             if let Some(id) = c.id {
                 tracing::info!(container = %id, "removing a stale sandpit container");
-                let _ = self
-                    .docker
-                    .remove_container(
-                        &id,
-                        Some(RemoveContainerOptions {
-                            force: true,
-                            ..Default::default()
-                        }),
-                    )
-                    .await;
+                remove_container(&self.docker, &id).await;
             }
         }
     }
@@ -557,6 +543,15 @@ impl super::Backend for DockerBackend {
     }
 }
 
+/// Force-removes a container (killing it if it runs); errors mean it is already gone.
+async fn remove_container(docker: &Docker, id: &str) {
+    let opts = RemoveContainerOptions {
+        force: true,
+        ..Default::default()
+    };
+    let _ = docker.remove_container(id, Some(opts)).await;
+}
+
 /// Removes the container and the session directory when the session ends.
 struct DirGuard {
     base: PathBuf,
@@ -567,16 +562,7 @@ struct DirGuard {
 impl DirGuard {
     async fn remove(self) {
         if let Some(id) = &self.container {
-            let _ = self
-                .docker
-                .remove_container(
-                    id,
-                    Some(RemoveContainerOptions {
-                        force: true,
-                        ..Default::default()
-                    }),
-                )
-                .await;
+            remove_container(&self.docker, id).await;
         }
         let _ = std::fs::remove_dir_all(&self.base);
     }
@@ -588,15 +574,7 @@ impl Drop for DirGuard {
             let docker = self.docker.clone();
             let base = self.base.clone();
             let remove = async move {
-                let _ = docker
-                    .remove_container(
-                        &id,
-                        Some(RemoveContainerOptions {
-                            force: true,
-                            ..Default::default()
-                        }),
-                    )
-                    .await;
+                remove_container(&docker, &id).await;
                 let _ = std::fs::remove_dir_all(&base);
             };
             match tokio::runtime::Handle::try_current() {

@@ -12,7 +12,6 @@ use std::path::{Path, PathBuf};
 pub const WORKSPACE: &str = "/workspace";
 pub const TMP: &str = "/tmp";
 pub const HOME: &str = "/home/sandbox";
-const PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 /// What the host offers, found by the probe (and, for `bind_kind`, by looking at the host).
 #[derive(Debug, Clone)]
@@ -155,18 +154,12 @@ pub fn build(
         Rlimit::Core(0),
     ];
 
-    let mut env = vec![
-        ("PATH".to_string(), PATH.to_string()),
-        ("HOME".to_string(), home.display().to_string()),
-        ("TMPDIR".to_string(), tmp.display().to_string()),
-        ("LANG".to_string(), "C.UTF-8".to_string()),
-        ("TERM".to_string(), "xterm-256color".to_string()),
-        (
-            "SANDPIT_WORKSPACE".to_string(),
-            workspace.display().to_string(),
-        ),
-    ];
-    env.extend(spec.env.iter().cloned());
+    let env = crate::backend::sandbox_env(
+        &home.display().to_string(),
+        &tmp.display().to_string(),
+        &workspace.display().to_string(),
+        spec,
+    );
 
     // Read-only system paths: the policy's list plus the interpreter's own directory.
     let mut ro: Vec<PathBuf> = spec.read_only.clone();
