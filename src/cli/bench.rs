@@ -85,11 +85,94 @@ pub struct DockerBaseline {
     pub run_rm_python: Stats,
 }
 
+/// Warm execution through `sandpit mcp` from a client, beside what it is made of.
+#[derive(Debug, Serialize)]
+pub struct McpFigures {
+    pub backend: String,
+    /// `tools/call execute_code` of `x += 1` in a session, round trip.
+    pub execute_code: Stats,
+    /// `ping` round trip to the same server: the JSON-RPC cost alone.
+    pub ping: Stats,
+}
+
 #[derive(Debug, Serialize)]
 pub struct Report {
     pub baselines: Vec<Baseline>,
+    pub mcp: Option<McpFigures>,
     pub docker_baseline: Option<DockerBaseline>,
     pub backends: Vec<BackendFigures>,
+}
+
+/// Drives `sandpit mcp -b KIND` over its stdio the way a client does.
+fn mcp_figures(kind: BackendKind, warm: usize) -> std::result::Result<McpFigures, String> {
+    use std::io::{BufRead, Write};
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut child = std::process::Command::new(exe)
+        .args(["mcp", "-b", kind.as_str()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let mut input = child.stdin.take().ok_or("no stdin")?;
+    let mut output = std::io::BufReader::new(child.stdout.take().ok_or("no stdout")?);
+    let mut id = 0u64;
+    let mut call = |method: &str,
+                    params: serde_json::Value|
+     -> std::result::Result<Duration, String> {
+        if method.starts_with("notifications/") {
+            let msg = serde_json::json!({"jsonrpc": "2.0", "method": method});
+            writeln!(input, "{msg}")
+                .and_then(|_| input.flush())
+                .map_err(|e| e.to_string())?;
+            return Ok(Duration::ZERO);
+        }
+        id += 1;
+        let msg =
+            serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let t = Instant::now();
+        writeln!(input, "{msg}")
+            .and_then(|_| input.flush())
+            .map_err(|e| e.to_string())?;
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if output.read_line(&mut line).map_err(|e| e.to_string())? == 0 {
+                return Err("the MCP server closed its output".into());
+            }
+            let v: serde_json::Value = serde_json::from_str(&line).map_err(|e| e.to_string())?;
+            if v["id"] == id {
+                if v.get("error").is_some() || v["result"]["isError"] == true {
+                    return Err(format!("MCP call failed: {line}"));
+                }
+                return Ok(t.elapsed());
+            }
+        }
+    };
+    call(
+        "initialize",
+        serde_json::json!({"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "sandpit-bench", "version": "1"}}),
+    )?;
+    call("notifications/initialized", serde_json::json!({}))?;
+    let exec = |code: &str| serde_json::json!({"name": "execute_code", "arguments": {"language": "python", "code": code, "session_id": "bench"}});
+    call("tools/call", exec("x = 0"))?;
+    let (mut execs, mut pings) = (Vec::new(), Vec::new());
+    for i in 0..warm.min(500) + 20 {
+        let e = call("tools/call", exec("x += 1"))?;
+        let p = call("ping", serde_json::json!({}))?;
+        if i >= 20 {
+            execs.push(e);
+            pings.push(p);
+        }
+    }
+    drop(call);
+    drop(input);
+    let _ = child.wait();
+    Ok(McpFigures {
+        backend: kind.as_str().into(),
+        execute_code: stats(execs),
+        ping: stats(pings),
+    })
 }
 
 async fn docker_baseline(cold: usize, warm: usize) -> std::result::Result<DockerBaseline, String> {
@@ -424,8 +507,42 @@ pub async fn bench(args: BenchArgs, policy: Policy) -> ExitCode {
     } else {
         None
     };
+    // MCP on the native backend when it is there, else the first sandboxed one measured.
+    let mcp_kind = backends
+        .iter()
+        .map(|b| b.backend.as_str())
+        .find(|b| *b == "linux")
+        .or_else(|| {
+            backends
+                .iter()
+                .map(|b| b.backend.as_str())
+                .find(|b| *b != "unsandboxed")
+        })
+        .and_then(|b| b.parse::<BackendChoice>().ok())
+        .and_then(|c| match c {
+            BackendChoice::Only(k) => Some(k),
+            BackendChoice::Auto => None,
+        });
+    let mcp = match mcp_kind {
+        Some(k) => {
+            let warm = args.warm;
+            match tokio::task::spawn_blocking(move || mcp_figures(k, warm)).await {
+                Ok(Ok(f)) => Some(f),
+                Ok(Err(e)) => {
+                    eprintln!("sandpit bench: mcp: {e}");
+                    None
+                }
+                Err(e) => {
+                    eprintln!("sandpit bench: mcp: {e}");
+                    None
+                }
+            }
+        }
+        None => None,
+    };
     let report = Report {
         baselines,
+        mcp,
         docker_baseline,
         backends,
     };
@@ -449,6 +566,24 @@ pub async fn bench(args: BenchArgs, policy: Policy) -> ExitCode {
             b.bare_warm.p50_ms,
             b.bare_warm.p99_ms,
             b.bare_pss_kb.map(|v| v.to_string()).unwrap_or_default()
+        );
+    }
+    if let Some(m) = &report.mcp {
+        let lib = report
+            .backends
+            .iter()
+            .find(|b| b.backend == m.backend)
+            .and_then(|b| b.languages.iter().find(|l| l.language == Language::Python))
+            .map(|l| l.warm.p50_ms)
+            .unwrap_or(0.0);
+        println!(
+            "\nMCP (sandpit mcp -b {}, client over stdio): execute_code `x += 1` p50 {:.3} ms, p99 {:.3} ms; ping p50 {:.3} ms; library warm p50 {:.3} ms; ratio to library + ping: {:.2}x",
+            m.backend,
+            m.execute_code.p50_ms,
+            m.execute_code.p99_ms,
+            m.ping.p50_ms,
+            lib,
+            m.execute_code.p50_ms / (lib + m.ping.p50_ms).max(1e-9)
         );
     }
     if let Some(d) = &report.docker_baseline {
