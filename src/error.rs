@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The error codes of `interface.md` §1.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum ErrorCode {
     InvalidRequest,
@@ -97,6 +97,22 @@ impl Error {
             Error::PackageInstall(_) => ErrorCode::PackageInstallFailed,
             Error::SessionLimit(_) => ErrorCode::SessionLimit,
             Error::QueueFull(_) => ErrorCode::QueueFull,
+        }
+    }
+
+    /// The HTTP status for this error (`interface.md` §5: a fitting 4xx/5xx).
+    pub fn http_status(&self) -> u16 {
+        match self.code() {
+            ErrorCode::InvalidRequest => 400,
+            ErrorCode::SecurityBlocked | ErrorCode::PolicyDenied | ErrorCode::SessionForbidden => {
+                403
+            }
+            ErrorCode::SessionNotFound => 404,
+            ErrorCode::SessionLanguageMismatch => 409,
+            ErrorCode::SessionLimit | ErrorCode::QueueFull => 429,
+            ErrorCode::Timeout => 504,
+            ErrorCode::BackendUnavailable => 503,
+            ErrorCode::PackageInstallFailed | ErrorCode::SandboxError => 500,
         }
     }
 

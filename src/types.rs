@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// A language sandpit can run. Aliases are accepted on input (`py`, `js`, `node`, `sh`, `shell`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Language {
     Python,
@@ -62,7 +62,7 @@ impl<'de> Deserialize<'de> for Language {
 }
 
 /// How a file's `content` is encoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Encoding {
     #[default]
@@ -71,7 +71,7 @@ pub enum Encoding {
 }
 
 /// A file written into the workspace before the code runs, or read back after.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FileSpec {
     pub path: String,
     pub content: String,
@@ -80,7 +80,7 @@ pub struct FileSpec {
 }
 
 /// A file read back from the workspace after the run (`output_files`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct OutputFile {
     pub path: String,
     pub size: u64,
@@ -89,7 +89,7 @@ pub struct OutputFile {
 }
 
 /// Per-request limits: they may only tighten the policy's maxima.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RequestLimits {
     pub memory_mb: Option<u64>,
@@ -106,7 +106,7 @@ fn default_user() -> String {
 }
 
 /// `ExecRequest` of `interface.md` §1.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExecRequest {
     pub language: Language,
@@ -151,7 +151,7 @@ impl ExecRequest {
 }
 
 /// How an execution ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
     /// The code finished normally.
@@ -167,7 +167,7 @@ pub enum Status {
 }
 
 /// A structured exception raised by python/javascript code.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ExceptionInfo {
     #[serde(rename = "type")]
     pub kind: String,
@@ -176,14 +176,14 @@ pub struct ExceptionInfo {
 }
 
 /// A runtime or policy error, with its API code.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ErrorInfo {
     pub code: crate::error::ErrorCode,
     pub message: String,
 }
 
 /// `ExecResult` of `interface.md` §1.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ExecResult {
     pub status: Status,
     pub stdout: String,

@@ -165,7 +165,6 @@ fn mcp_figures(kind: BackendKind, warm: usize) -> std::result::Result<McpFigures
             pings.push(p);
         }
     }
-    drop(call);
     drop(input);
     let _ = child.wait();
     Ok(McpFigures {

@@ -59,10 +59,15 @@ pub enum Command {
     },
     /// HTTP API
     Serve {
-        #[arg(long, value_name = "ADDR")]
+        /// TCP address (default 127.0.0.1:8080); off loopback a bearer token is required
+        #[arg(long, value_name = "ADDR", conflicts_with = "unix")]
         listen: Option<String>,
+        /// Unix socket path
         #[arg(long, value_name = "PATH")]
         unix: Option<PathBuf>,
+        /// Bearer token clients must send (else SANDPIT_TOKEN)
+        #[arg(long, env = "SANDPIT_TOKEN", hide_env_values = true)]
+        token: Option<String>,
     },
     /// Which backends work here, and why not
     Doctor {
@@ -117,11 +122,6 @@ pub fn report_error(e: &crate::Error) {
     eprintln!("sandpit: {}", e.message_with_hint());
 }
 
-fn not_yet(what: &str) -> ExitCode {
-    eprintln!("sandpit: {what} is not available in this version of sandpit yet (hint: run `sandpit doctor` for what works here)");
-    ExitCode::from(EXIT_SANDPIT_FAILURE)
-}
-
 /// `sandpit mcp`: the MCP server on stdio. Logs go to stderr; stdout carries only the protocol.
 async fn mcp(backend: BackendArg, policy: Policy) -> ExitCode {
     let started = async {
@@ -136,6 +136,49 @@ async fn mcp(backend: BackendArg, policy: Policy) -> ExitCode {
         }
     };
     let outcome = crate::server::mcp::serve(manager.clone()).await;
+    manager.shutdown().await;
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            report_error(&e);
+            ExitCode::from(EXIT_SANDPIT_FAILURE)
+        }
+    }
+}
+
+/// `sandpit serve`: the HTTP API over the session manager.
+async fn serve(
+    listen: Option<String>,
+    unix: Option<PathBuf>,
+    token: Option<String>,
+    policy: Policy,
+) -> ExitCode {
+    use crate::server::http::Listen;
+    let choice = match backend_choice(&BackendArg { backend: None }, &policy) {
+        Ok(c) => c,
+        Err(e) => {
+            report_error(&e);
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let manager = match crate::session::manager::SessionManager::new(
+        policy,
+        choice,
+        Default::default(),
+    )
+    .await
+    {
+        Ok(m) => m,
+        Err(e) => {
+            report_error(&e);
+            return ExitCode::from(EXIT_SANDPIT_FAILURE);
+        }
+    };
+    let listen = match unix {
+        Some(p) => Listen::Unix(p),
+        None => Listen::Tcp(listen.unwrap_or_else(|| "127.0.0.1:8080".into())),
+    };
+    let outcome = crate::server::http::serve(manager.clone(), listen, token).await;
     manager.shutdown().await;
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
@@ -183,7 +226,11 @@ pub fn main() -> ExitCode {
         Command::Doctor { json } => doctor::doctor(json, &policy, &source),
         Command::Bench(args) => runtime.block_on(bench::bench(args, policy)),
         Command::Mcp { backend } => runtime.block_on(mcp(backend, policy)),
-        Command::Serve { .. } => not_yet("the HTTP API (`sandpit serve`)"),
+        Command::Serve {
+            listen,
+            unix,
+            token,
+        } => runtime.block_on(serve(listen, unix, token, policy)),
         Command::Image {
             action: ImageAction::Build { offline },
         } => runtime.block_on(image::build(offline)),

@@ -1,4 +1,5 @@
-//! The servers: `mcp` (Model Context Protocol on stdio). The HTTP API comes with issue 4's
-//! remaining work.
+//! The servers over the session manager: `mcp` (Model Context Protocol on stdio) and `http`
+//! (the HTTP API with OpenAPI and streaming).
 
+pub mod http;
 pub mod mcp;

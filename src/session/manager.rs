@@ -40,7 +40,7 @@ impl Default for ManagerConfig {
 }
 
 /// What `list_sessions` says about a session (`interface.md` §4).
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct SessionInfo {
     pub session_id: String,
     pub language: Language,

@@ -1,0 +1,495 @@
+//! The HTTP API of interface.md §5, spoken to a `sandpit serve` child process on an ephemeral
+//! port with a tiny hand-written HTTP/1.1 client.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+fn backend() -> &'static str {
+    let out = Command::new(env!("CARGO_BIN_EXE_sandpit"))
+        .args(["doctor", "--json"])
+        .env_remove("SANDPIT_HELPER")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run sandpit doctor");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let linux_ok = v["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|b| b["backend"] == "linux" && b["available"] == true);
+    if linux_ok {
+        "linux"
+    } else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true but the linux backend is unavailable: {v}"
+        );
+        eprintln!("SKIPPED linux: unavailable here; using the unsandboxed backend for HTTP tests");
+        "unsandboxed"
+    }
+}
+
+struct Server {
+    child: Child,
+    addr: String,
+}
+
+impl Server {
+    fn start(extra: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_sandpit"))
+            .arg("serve")
+            .args(extra)
+            .env("SANDPIT_BACKEND", backend())
+            .env_remove("SANDPIT_HELPER")
+            .env_remove("SANDPIT_TOKEN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn sandpit serve");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut tx = Some(tx);
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                eprintln!("[server] {line}");
+                if let Some(addr) = line.strip_prefix("sandpit: listening on http://") {
+                    if let Some(tx) = tx.take() {
+                        let _ = tx.send(addr.trim().to_string());
+                    }
+                }
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the server printed its address");
+        Server { child, addr }
+    }
+
+    fn port(&self) -> u16 {
+        self.addr.rsplit_once(':').unwrap().1.parse().unwrap()
+    }
+
+    fn req(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Resp {
+        request(&self.addr, method, path, headers, body)
+    }
+
+    fn json(&self, method: &str, path: &str, body: &str) -> (u16, serde_json::Value) {
+        let r = self.req(method, path, &[("Content-Type", "application/json")], body);
+        let v = serde_json::from_slice(&r.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&r.body)));
+        (r.status, v)
+    }
+
+    fn sigterm(&mut self) -> std::process::ExitStatus {
+        // SAFETY: kill(2) on our own child's pid; no memory is involved.
+        let rc = unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        assert_eq!(rc, 0);
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the server did not exit after SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+struct Resp {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Resp {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+fn request(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Resp {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    let mut head = format!("{method} {path} HTTP/1.1\r\n");
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        head.push_str(&format!("Host: {addr}\r\n"));
+    }
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str(&format!(
+        "Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    ));
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(body.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a header block");
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status: u16 = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect();
+    let mut body = raw[split + 4..].to_vec();
+    let chunked = headers.iter().any(|(k, v)| {
+        k.eq_ignore_ascii_case("transfer-encoding") && v.eq_ignore_ascii_case("chunked")
+    });
+    if chunked {
+        body = dechunk(&body);
+    }
+    Resp {
+        status,
+        headers,
+        body,
+    }
+}
+
+fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(eol) = b.windows(2).position(|w| w == b"\r\n") {
+        let size_str = String::from_utf8_lossy(&b[..eol]);
+        let size = usize::from_str_radix(size_str.split(';').next().unwrap().trim(), 16).unwrap();
+        if size == 0 {
+            break;
+        }
+        let start = eol + 2;
+        out.extend_from_slice(&b[start..start + size]);
+        b = &b[start + size + 2..];
+    }
+    out
+}
+
+/// Parses an SSE body into (event, data JSON) pairs, comments (keep-alives) skipped.
+fn sse_events(text: &str) -> Vec<(String, serde_json::Value)> {
+    let mut out = Vec::new();
+    for block in text.split("\n\n") {
+        let mut event = String::from("message");
+        let mut data = String::new();
+        for line in block.lines() {
+            if let Some(e) = line.strip_prefix("event:") {
+                event = e.trim().to_string();
+            } else if let Some(d) = line.strip_prefix("data:") {
+                if !data.is_empty() {
+                    data.push('\n');
+                }
+                data.push_str(d.strip_prefix(' ').unwrap_or(d));
+            }
+        }
+        if !data.is_empty() {
+            out.push((event, serde_json::from_str(&data).unwrap()));
+        }
+    }
+    out
+}
+
+#[test]
+fn http_api_end_to_end() {
+    let mut srv = Server::start(&["--listen", "127.0.0.1:0"]);
+
+    // health
+    let (st, v) = srv.json("GET", "/healthz", "");
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["status"], "ok");
+    assert_eq!(v["backend"], backend());
+
+    // a two-step session
+    let (st, v) = srv.json(
+        "POST",
+        "/v1/execute",
+        r#"{"language":"python","code":"x = 41","session_id":"s1"}"#,
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["status"], "ok", "{v}");
+    let (st, v) = srv.json(
+        "POST",
+        "/v1/execute",
+        r#"{"language":"py","code":"result = x + 1","session_id":"s1"}"#,
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["result"], 42, "{v}");
+    assert_eq!(v["session_id"], "s1");
+
+    // list
+    let (st, v) = srv.json("GET", "/v1/sessions", "");
+    assert_eq!(st, 200, "{v}");
+    let ids: Vec<&str> = v["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["session_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["s1"]);
+    let (_, v) = srv.json("GET", "/v1/sessions?user=someone-else", "");
+    assert_eq!(v["sessions"].as_array().unwrap().len(), 0, "{v}");
+
+    // language mismatch on the live session
+    let (st, v) = srv.json(
+        "POST",
+        "/v1/execute",
+        r#"{"language":"bash","code":"echo hi","session_id":"s1"}"#,
+    );
+    assert_eq!(st, 409, "{v}");
+    assert_eq!(v["error"]["code"], "SESSION_LANGUAGE_MISMATCH");
+
+    // another user may not kill it
+    let (st, v) = srv.json("DELETE", "/v1/sessions/s1?user=mallory", "");
+    assert_eq!(st, 403, "{v}");
+    assert_eq!(v["error"]["code"], "SESSION_FORBIDDEN");
+
+    // kill, then kill again
+    let (st, v) = srv.json("DELETE", "/v1/sessions/s1", "");
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["killed"], true);
+    let (st, v) = srv.json("DELETE", "/v1/sessions/s1", "");
+    assert_eq!(st, 404, "{v}");
+    assert_eq!(v["error"]["code"], "SESSION_NOT_FOUND");
+
+    // client mistakes: JSON 4xx, never plain text, never 5xx
+    let (st, v) = srv.json("POST", "/v1/execute", "{not json");
+    assert_eq!(st, 400, "{v}");
+    assert_eq!(v["error"]["code"], "INVALID_REQUEST");
+    let (st, v) = srv.json(
+        "POST",
+        "/v1/execute",
+        r#"{"language":"python","code":"1","bogus":1}"#,
+    );
+    assert_eq!(st, 400, "{v}");
+    assert_eq!(v["error"]["code"], "INVALID_REQUEST");
+    let (st, v) = srv.json(
+        "POST",
+        "/v1/execute",
+        r#"{"language":"python","code":"1","timeout_ms":5}"#,
+    );
+    assert_eq!(st, 400, "{v}");
+    assert_eq!(v["error"]["code"], "INVALID_REQUEST");
+    let (st, v) = srv.json("GET", "/nope", "");
+    assert_eq!(st, 404, "{v}");
+    assert!(v["error"]["code"].is_string());
+    let (st, v) = srv.json("GET", "/v1/execute", "");
+    assert_eq!(st, 405, "{v}");
+    assert!(v["error"]["code"].is_string());
+    let big = format!(
+        r#"{{"language":"python","code":"{}"}}"#,
+        "x".repeat(11 * 1024 * 1024)
+    );
+    let (st, v) = srv.json("POST", "/v1/execute", &big);
+    assert_eq!(st, 413, "{v}");
+
+    // an execution that ran and failed is a 200 with the result
+    let (st, v) = srv.json(
+        "POST",
+        "/v1/execute",
+        r#"{"language":"bash","code":"echo out; exit 3"}"#,
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["status"], "error");
+    assert_eq!(v["exit_code"], 3);
+    assert_eq!(v["stdout"], "out\n");
+
+    // streaming
+    let code = "import sys, time\nfor i in range(3):\n    print('line', i, flush=True)\n    time.sleep(0.2)\n";
+    let body = serde_json::json!({"language": "python", "code": code}).to_string();
+    let r = srv.req(
+        "POST",
+        "/v1/execute",
+        &[
+            ("Content-Type", "application/json"),
+            ("Accept", "text/event-stream"),
+        ],
+        &body,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r
+        .header("content-type")
+        .unwrap()
+        .starts_with("text/event-stream"));
+    let events = sse_events(&r.text());
+    let names: Vec<&str> = events.iter().map(|(e, _)| e.as_str()).collect();
+    assert_eq!(names.first(), Some(&"execution_start"), "{names:?}");
+    assert_eq!(names.last(), Some(&"execution_end"), "{names:?}");
+    let chunks: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|(e, _)| e == "output_chunk")
+        .map(|(_, d)| d)
+        .collect();
+    assert!(!chunks.is_empty(), "{names:?}");
+    let streamed: String = chunks
+        .iter()
+        .filter(|c| c["stream"] == "stdout")
+        .map(|c| c["data"].as_str().unwrap())
+        .collect();
+    assert_eq!(streamed, "line 0\nline 1\nline 2\n");
+    let end = &events.last().unwrap().1;
+    assert_eq!(end["result"]["stdout"], "line 0\nline 1\nline 2\n", "{end}");
+    // a streamed request that never ran ends with execution_error
+    let r = srv.req(
+        "POST",
+        "/v1/execute",
+        &[("Accept", "text/event-stream")],
+        r#"{"language":"python","code":"1","timeout_ms":5}"#,
+    );
+    let events = sse_events(&r.text());
+    let (name, data) = events.last().unwrap();
+    assert_eq!(name, "execution_error");
+    assert_eq!(data["error"]["code"], "INVALID_REQUEST");
+
+    // openapi
+    let (st, v) = srv.json("GET", "/openapi.json", "");
+    assert_eq!(st, 200);
+    for p in [
+        "/v1/execute",
+        "/v1/sessions",
+        "/v1/sessions/{id}",
+        "/healthz",
+        "/metrics",
+    ] {
+        assert!(v["paths"][p].is_object(), "missing path {p}");
+    }
+    for s in ["ExecRequest", "ExecResult", "SessionInfo", "ErrorBody"] {
+        assert!(
+            v["components"]["schemas"][s].is_object(),
+            "missing schema {s}"
+        );
+    }
+
+    // metrics
+    let r = srv.req("GET", "/metrics", &[], "");
+    assert_eq!(r.status, 200);
+    let text = r.text();
+    assert!(
+        text.contains("sandpit_executions_total{language=\"python\",status=\"ok\"}"),
+        "{text}"
+    );
+    for m in [
+        "sandpit_execution_duration_seconds_bucket",
+        "sandpit_active_sessions",
+        "sandpit_queue_length",
+    ] {
+        assert!(text.contains(m), "{m} missing: {text}");
+    }
+
+    // DNS rebinding: foreign Host or Origin
+    let r = srv.req("GET", "/healthz", &[("Host", "evil.example")], "");
+    assert_eq!(r.status, 403, "{}", r.text());
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert!(v["error"]["code"].is_string());
+    let port = srv.port();
+    let r = srv.req(
+        "GET",
+        "/healthz",
+        &[("Host", &format!("evil.example:{port}"))],
+        "",
+    );
+    assert_eq!(r.status, 403);
+    let r = srv.req(
+        "GET",
+        "/v1/sessions",
+        &[("Origin", "http://evil.example")],
+        "",
+    );
+    assert_eq!(r.status, 403);
+    let r = srv.req(
+        "GET",
+        "/healthz",
+        &[("Host", &format!("localhost:{port}"))],
+        "",
+    );
+    assert_eq!(r.status, 200);
+    let r = srv.req(
+        "GET",
+        "/healthz",
+        &[("Origin", &format!("http://localhost:{port}"))],
+        "",
+    );
+    assert_eq!(r.status, 200);
+
+    // graceful exit
+    let st = srv.sigterm();
+    assert!(st.success(), "exit status {st:?}");
+}
+
+#[test]
+fn bearer_token_is_enforced() {
+    let mut srv = Server::start(&["--listen", "127.0.0.1:0", "--token", "secret"]);
+    let r = srv.req("GET", "/v1/sessions", &[], "");
+    assert_eq!(r.status, 401, "{}", r.text());
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(v["error"]["code"], "UNAUTHORIZED");
+    let r = srv.req(
+        "GET",
+        "/v1/sessions",
+        &[("Authorization", "Bearer wrong")],
+        "",
+    );
+    assert_eq!(r.status, 401);
+    let r = srv.req(
+        "GET",
+        "/v1/sessions",
+        &[("Authorization", "Bearer secret")],
+        "",
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = srv.req(
+        "POST",
+        "/v1/execute",
+        &[("Authorization", "Bearer secret")],
+        r#"{"language":"bash","code":"echo ok"}"#,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = srv.req("GET", "/healthz", &[], "");
+    assert_eq!(r.status, 200);
+    let st = srv.sigterm();
+    assert!(st.success(), "exit status {st:?}");
+}
+
+#[test]
+fn non_loopback_without_token_is_refused() {
+    let out = Command::new(env!("CARGO_BIN_EXE_sandpit"))
+        .args(["serve", "--listen", "0.0.0.0:0"])
+        .env("SANDPIT_BACKEND", backend())
+        .env_remove("SANDPIT_HELPER")
+        .env_remove("SANDPIT_TOKEN")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run sandpit serve");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("token"), "{err}");
+}
