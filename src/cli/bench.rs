@@ -26,6 +26,128 @@ pub struct BenchArgs {
     /// Only these backends (default: every available one)
     #[arg(short = 'b', long = "backend")]
     pub backends: Vec<String>,
+    /// Instead: the session manager under load (100 idle sessions, 1000 queued requests)
+    #[arg(long)]
+    pub load: bool,
+}
+
+fn mem_available_kb() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("MemAvailable:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn own_rss_kb() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// `sandpit bench --load`: the session manager holding 100 live idle Python sessions, then
+/// answering 1000 requests queued at once (10 running, the rest waiting).
+async fn load(policy: Policy, backends: &[String]) -> ExitCode {
+    use crate::session::manager::{ManagerConfig, SessionManager};
+    use crate::types::ExecRequest;
+    let choice = match backends.first().map(|b| b.parse::<BackendChoice>()) {
+        Some(Ok(c)) => c,
+        Some(Err(e)) => {
+            super::report_error(&e);
+            return ExitCode::from(super::EXIT_USAGE);
+        }
+        None => BackendChoice::Auto,
+    };
+    let config = ManagerConfig {
+        max_sessions: 100,
+        max_concurrent: 10,
+        max_queue: 1000,
+        ..Default::default()
+    };
+    let m = match SessionManager::new(policy, choice, config).await {
+        Ok(m) => m,
+        Err(e) => {
+            super::report_error(&e);
+            return ExitCode::from(super::EXIT_SANDPIT_FAILURE);
+        }
+    };
+    let before = mem_available_kb();
+    let t = Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..100 {
+        let m = m.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut r = ExecRequest::new(Language::Python, format!("data = list(range({i}))"));
+            r.session_id = Some(format!("idle-{i}"));
+            m.execute(r, None).await
+        }));
+    }
+    let mut ok = 0;
+    for t in tasks {
+        if t.await
+            .map(|r| r.status == crate::types::Status::Ok)
+            .unwrap_or(false)
+        {
+            ok += 1;
+        }
+    }
+    let started = t.elapsed();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let used_mb = before.saturating_sub(mem_available_kb()) as f64 / 1024.0;
+    println!(
+        "100 idle python sessions ({} backend): {ok} started in {:.1} s; {:.0} MB of host memory in use ({:.1} MB per session, interpreter included); {} live",
+        m.backend_name(),
+        started.as_secs_f64(),
+        used_mb,
+        used_mb / 100.0,
+        m.session_count().await
+    );
+    // 1000 requests at once, 10 per session: 10 run, the rest wait in the queue. (Ten per
+    // session stays under Docker's recycling after 50 executions, which would reset state.)
+    let t = Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..1000 {
+        let m = m.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut r = ExecRequest::new(Language::Python, format!("result = len(data) + {i}"));
+            r.session_id = Some(format!("idle-{}", i % 100));
+            let expected = (i % 100) + i;
+            (m.execute(r, None).await, expected)
+        }));
+    }
+    let (mut answered, mut correct, mut refused) = (0, 0, 0);
+    let mut max_queue = 0;
+    for t in tasks {
+        max_queue = max_queue.max(m.queue_len());
+        if let Ok((r, expected)) = t.await {
+            answered += 1;
+            if r.error.is_some() {
+                refused += 1;
+            } else if r.result == Some(serde_json::json!(expected)) {
+                correct += 1;
+            }
+        }
+    }
+    println!(
+        "1000 queued requests: {answered} answered ({correct} correct, {refused} refused) in {:.1} s; sandpit's own peak RSS {} MB",
+        t.elapsed().as_secs_f64(),
+        own_rss_kb() / 1024
+    );
+    m.shutdown().await;
+    let lost = 1000 - answered;
+    if ok == 100 && correct == 1000 && lost == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
 }
 
 #[derive(Debug, Serialize, Default, Clone)]
@@ -468,6 +590,9 @@ async fn measure_backend(
 }
 
 pub async fn bench(args: BenchArgs, policy: Policy) -> ExitCode {
+    if args.load {
+        return load(policy, &args.backends).await;
+    }
     let helper = match backend::helper_path() {
         Ok(h) => h,
         Err(e) => {
