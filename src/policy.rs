@@ -34,6 +34,8 @@ pub struct Limits {
     pub file_size_mb: u64,
     pub open_files: u64,
     pub tmp_size_mb: u64,
+    /// The longest `timeout_ms` a request may ask for (at most 300000).
+    pub timeout_max_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -151,6 +153,14 @@ impl Policy {
             )));
         }
         let l = &self.limits;
+        if !TIMEOUT_RANGE_MS.contains(&l.timeout_max_ms)
+            || self.defaults.timeout_ms > l.timeout_max_ms
+        {
+            return Err(Error::Config(format!(
+                "limits.timeout_max_ms {} must be within 100..=300000 and at least defaults.timeout_ms {}",
+                l.timeout_max_ms, self.defaults.timeout_ms
+            )));
+        }
         if l.memory_mb < 16
             || l.pids < 4
             || l.output_bytes < 64
@@ -176,6 +186,12 @@ impl Policy {
             return Err(Error::InvalidRequest(format!(
                 "timeout_ms {} is outside 100..=300000",
                 req.timeout_ms
+            )));
+        }
+        if req.timeout_ms > self.limits.timeout_max_ms {
+            return Err(Error::PolicyDenied(format!(
+                "timeout_ms {} exceeds the policy maximum {} (limits.timeout_max_ms)",
+                req.timeout_ms, self.limits.timeout_max_ms
             )));
         }
         if req.network && !self.network_allowed() {
@@ -298,6 +314,7 @@ pub const ENV_KEYS: &[(&str, &str, &str)] = &[
     ("SANDPIT_FILE_SIZE_MB", "limits", "file_size_mb"),
     ("SANDPIT_OPEN_FILES", "limits", "open_files"),
     ("SANDPIT_TMP_SIZE_MB", "limits", "tmp_size_mb"),
+    ("SANDPIT_TIMEOUT_MAX_MS", "limits", "timeout_max_ms"),
     ("SANDPIT_NETWORK_ALLOW", "network", "allow"),
     ("SANDPIT_PYTHON", "interpreters", "python"),
     ("SANDPIT_NODE", "interpreters", "javascript"),
@@ -404,6 +421,24 @@ mod tests {
                 crate::error::ErrorCode::InvalidRequest
             );
         }
+    }
+
+    #[test]
+    fn the_policy_can_cap_timeouts() {
+        let mut p = Policy::default();
+        p.limits.timeout_max_ms = 2000;
+        p.defaults.timeout_ms = 1000;
+        p.check().unwrap();
+        let mut req = ExecRequest::new(Language::Python, "1");
+        req.timeout_ms = 2001;
+        assert_eq!(
+            p.validate(&req).unwrap_err().code(),
+            crate::error::ErrorCode::PolicyDenied
+        );
+        req.timeout_ms = 2000;
+        p.validate(&req).unwrap();
+        p.defaults.timeout_ms = 30_000;
+        assert!(p.check().is_err(), "the default may not exceed the maximum");
     }
 
     #[test]

@@ -67,7 +67,7 @@ if is_root; then
   fi
 fi
 
-# --- 5. The conformance suite ----------------------------------------------------------------
+# --- 5. Build the conformance suite ----------------------------------------------------------------
 conformance=$(cargo test --no-run --message-format=json --test conformance 2>/dev/null \
   | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
 [ -x "$conformance" ] || { echo "could not build the conformance suite" >&2; exit 1; }
@@ -77,6 +77,15 @@ cp target/debug/sandpit "$conformance" "$bindir/"
 chmod 755 "$bindir" "$bindir"/*
 export SANDPIT_HELPER="$bindir/sandpit"
 suite="$bindir/$(basename "$conformance")"
+
+# --- 6. Fuzz the HTTP API from its own OpenAPI document (schemathesis): no 5xx, no hang --------
+say "fuzzing the HTTP API (schemathesis)"
+if is_root; then
+  # The fuzzer runs generated code in the sandbox: keep any fail-open inside a PID namespace.
+  unshare --pid --fork --mount-proc bash tests/fuzz-http.sh "$bindir/sandpit"
+else
+  bash tests/fuzz-http.sh "$bindir/sandpit"
+fi
 
 if is_root; then
   say "conformance suite as root, inside a throwaway PID namespace"
