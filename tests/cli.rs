@@ -2,6 +2,8 @@
 //! interface.md §3, and `sandpit doctor`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::process::{Command, Output};
 
 fn sandpit(args: &[&str]) -> Output {
@@ -14,24 +16,7 @@ fn sandpit(args: &[&str]) -> Output {
 }
 
 fn backend() -> &'static str {
-    // The native backend when this host has it; the CLI contract is the same on every backend.
-    let out = sandpit(&["doctor", "--json"]);
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let linux_ok = v["backends"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|b| b["backend"] == "linux" && b["available"] == true);
-    if linux_ok {
-        "linux"
-    } else {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI=true but the linux backend is unavailable: {v}"
-        );
-        eprintln!("SKIPPED linux: unavailable here; using the unsandboxed backend for CLI tests");
-        "unsandboxed"
-    }
+    common::native_or_unsandboxed("CLI tests")
 }
 
 fn json_run(extra: &[&str]) -> (serde_json::Value, i32) {

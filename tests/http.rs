@@ -2,6 +2,8 @@
 //! port with a tiny hand-written HTTP/1.1 client.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
@@ -9,28 +11,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 fn backend() -> &'static str {
-    let out = Command::new(env!("CARGO_BIN_EXE_sandpit"))
-        .args(["doctor", "--json"])
-        .env_remove("SANDPIT_HELPER")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run sandpit doctor");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let linux_ok = v["backends"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|b| b["backend"] == "linux" && b["available"] == true);
-    if linux_ok {
-        "linux"
-    } else {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI=true but the linux backend is unavailable: {v}"
-        );
-        eprintln!("SKIPPED linux: unavailable here; using the unsandboxed backend for HTTP tests");
-        "unsandboxed"
-    }
+    common::native_or_unsandboxed("HTTP tests")
 }
 
 struct Server {

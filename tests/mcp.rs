@@ -3,6 +3,8 @@
 //! client driving it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -16,28 +18,7 @@ fn bin() -> &'static str {
 
 /// The native backend when this host has it (required under CI=true), else `unsandboxed`.
 fn backend() -> &'static str {
-    let out = Command::new(bin())
-        .args(["doctor", "--json"])
-        .env_remove("SANDPIT_HELPER")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run sandpit doctor");
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let linux_ok = v["backends"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|b| b["backend"] == "linux" && b["available"] == true);
-    if linux_ok {
-        "linux"
-    } else {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI=true but the linux backend is unavailable: {v}"
-        );
-        eprintln!("SKIPPED linux: unavailable here; using the unsandboxed backend for MCP tests");
-        "unsandboxed"
-    }
+    common::native_or_unsandboxed("MCP tests")
 }
 
 /// A `sandpit mcp` child and a line reader on its stdout.

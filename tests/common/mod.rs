@@ -131,6 +131,32 @@ pub async fn exec_timeout(s: &mut Session, code: &str, timeout: Duration) -> Exe
         .expect("execute")
 }
 
+/// The backend interface tests (CLI, MCP, HTTP) run against: `linux` when `sandpit doctor`
+/// says it is available, else `unsandboxed` (a failure under CI=true, where linux must be there).
+pub fn native_or_unsandboxed(what: &str) -> &'static str {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sandpit"))
+        .args(["doctor", "--json"])
+        .env_remove("SANDPIT_HELPER")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run sandpit doctor");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("doctor --json");
+    let linux_ok = v["backends"]
+        .as_array()
+        .expect("backends")
+        .iter()
+        .any(|b| b["backend"] == "linux" && b["available"] == true);
+    if linux_ok {
+        return "linux";
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "CI=true but the linux backend is unavailable: {v}"
+    );
+    eprintln!("SKIPPED linux: unavailable here; using the unsandboxed backend for {what}");
+    "unsandboxed"
+}
+
 /// Whether any process on the host has `needle` in its command line.
 pub fn host_process_with(needle: &str) -> bool {
     std::fs::read_dir("/proc").unwrap().flatten().any(|e| {

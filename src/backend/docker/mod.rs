@@ -543,6 +543,19 @@ impl super::Backend for DockerBackend {
     }
 }
 
+/// Runs `fut` without waiting for it: on the current runtime when there is one, else to
+/// completion on a short-lived one (a drop after the runtime is gone).
+fn run_detached(fut: impl std::future::Future<Output = ()> + Send + 'static) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) => {
+            h.spawn(fut);
+        }
+        Err(_) => {
+            block_on(fut);
+        }
+    }
+}
+
 /// Force-removes a container (killing it if it runs); errors mean it is already gone.
 async fn remove_container(docker: &Docker, id: &str) {
     let opts = RemoveContainerOptions {
@@ -577,14 +590,7 @@ impl Drop for DirGuard {
                 remove_container(&docker, &id).await;
                 let _ = std::fs::remove_dir_all(&base);
             };
-            match tokio::runtime::Handle::try_current() {
-                Ok(h) => {
-                    h.spawn(remove);
-                }
-                Err(_) => {
-                    block_on(remove);
-                }
-            }
+            run_detached(remove);
         }
     }
 }
@@ -624,14 +630,7 @@ impl SandboxControl for DockerControl {
                 )
                 .await;
         };
-        match tokio::runtime::Handle::try_current() {
-            Ok(h) => {
-                h.spawn(kill);
-            }
-            Err(_) => {
-                block_on(kill);
-            }
-        }
+        run_detached(kill);
     }
 
     fn shutdown(&self) -> BoxFuture<'_, ()> {
