@@ -178,26 +178,68 @@ impl CgroupView {
     }
 }
 
+/// Removes the directories that can be removed now; returns those still busy.
+fn remove_dirs(dirs: Vec<PathBuf>) -> Vec<PathBuf> {
+    dirs.into_iter()
+        .filter(|d| std::fs::remove_dir(d).is_err() && d.exists())
+        .collect()
+}
+
+fn kill_members(dirs: &[PathBuf]) {
+    for d in dirs {
+        if let Ok(t) = std::fs::read_to_string(d.join("cgroup.procs")) {
+            for pid in t.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                // SAFETY: kill has no memory effects; a stale pid at worst gets ESRCH.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+    }
+}
+
+/// Removes session cgroups left behind by sandpit processes that were killed before they could
+/// clean up. `rmdir` only succeeds on an empty cgroup, so live sessions are untouched.
+pub fn remove_stale(version: Version) {
+    let root = Path::new("/sys/fs/cgroup");
+    let parents: Vec<PathBuf> = match version {
+        Version::V2 => vec![root.join("sandpit")],
+        Version::V1 => ["memory", "pids", "cpu"]
+            .iter()
+            .map(|c| root.join(c).join("sandpit"))
+            .collect(),
+    };
+    for parent in parents {
+        let Ok(entries) = std::fs::read_dir(&parent) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            if e.file_name().to_string_lossy().starts_with("s-") {
+                let _ = std::fs::remove_dir(e.path());
+            }
+        }
+    }
+}
+
 impl Drop for Cgroup {
     fn drop(&mut self) {
-        let dirs = std::mem::take(&mut self.view.dirs);
-        // Processes take a moment to leave after SIGKILL; remove the directories off-thread.
+        // By now the session's processes are normally gone: remove the directories at once,
+        // retrying briefly while the last ones finish exiting. Whatever is still busy after that
+        // is retried off-thread (a one-shot `sandpit run` may exit first: then `remove_stale`
+        // at the next start takes it).
+        let mut left = remove_dirs(std::mem::take(&mut self.view.dirs));
+        for _ in 0..20 {
+            if left.is_empty() {
+                return;
+            }
+            kill_members(&left);
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            left = remove_dirs(left);
+        }
         std::thread::spawn(move || {
             for _ in 0..100 {
-                let left: Vec<_> = dirs
-                    .iter()
-                    .filter(|d| std::fs::remove_dir(d).is_err() && d.exists())
-                    .collect();
+                kill_members(&left);
+                left = remove_dirs(left);
                 if left.is_empty() {
                     return;
-                }
-                for d in &left {
-                    if let Ok(t) = std::fs::read_to_string(d.join("cgroup.procs")) {
-                        for pid in t.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
-                            // SAFETY: as above.
-                            unsafe { libc::kill(pid, libc::SIGKILL) };
-                        }
-                    }
                 }
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }

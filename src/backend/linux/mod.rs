@@ -310,6 +310,8 @@ impl LinuxBackend {
         }
         guard.uid = uid_lease;
         if let Some(v) = cgroup::detect() {
+            static SWEPT: std::sync::Once = std::sync::Once::new();
+            SWEPT.call_once(|| cgroup::remove_stale(v));
             let cg = cgroup::Cgroup::create(v, &format!("s-{name}"), &spec.limits)
                 .map_err(|e| Error::io("create the session cgroup", e))?;
             guard.cgroup = Some(cg);
