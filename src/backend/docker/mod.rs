@@ -602,35 +602,27 @@ struct DockerControl {
     guard: Arc<std::sync::Mutex<Option<DirGuard>>>,
 }
 
-impl SandboxControl for DockerControl {
-    fn interrupt(&self) -> Result<()> {
-        let (docker, id) = (self.docker.clone(), self.id.clone());
-        tokio::spawn(async move {
+impl DockerControl {
+    /// Sends `signal` to the container's init (docker-init forwards it to the whole process
+    /// group), without waiting for the engine's answer.
+    fn signal(&self, signal: &str) {
+        let (docker, id, signal) = (self.docker.clone(), self.id.clone(), signal.to_string());
+        run_detached(async move {
             let _ = docker
-                .kill_container(
-                    &id,
-                    Some(KillContainerOptions {
-                        signal: "SIGINT".into(),
-                    }),
-                )
+                .kill_container(&id, Some(KillContainerOptions { signal }))
                 .await;
         });
+    }
+}
+
+impl SandboxControl for DockerControl {
+    fn interrupt(&self) -> Result<()> {
+        self.signal("SIGINT");
         Ok(())
     }
 
     fn kill(&self) {
-        let (docker, id) = (self.docker.clone(), self.id.clone());
-        let kill = async move {
-            let _ = docker
-                .kill_container(
-                    &id,
-                    Some(KillContainerOptions {
-                        signal: "SIGKILL".into(),
-                    }),
-                )
-                .await;
-        };
-        run_detached(kill);
+        self.signal("SIGKILL");
     }
 
     fn shutdown(&self) -> BoxFuture<'_, ()> {
