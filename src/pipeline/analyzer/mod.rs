@@ -1,0 +1,1 @@
+//! The pre-execution analyzer (work in progress).

@@ -1,0 +1,1 @@
+//! Secret redaction (work in progress).
