@@ -76,6 +76,13 @@ pub struct LinuxSettings {
     pub uid_count: u32,
 }
 
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PackagesPolicy {
+    /// Time for one installation (pip or npm) in a session.
+    pub install_timeout_ms: u64,
+}
+
 /// The whole policy: what the server allows and how sandboxes are set up.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -83,6 +90,7 @@ pub struct Policy {
     pub defaults: Defaults,
     pub limits: Limits,
     pub network: NetworkPolicy,
+    pub packages: PackagesPolicy,
     pub interpreters: Interpreters,
     pub filesystem: FilesystemPolicy,
     pub linux: LinuxSettings,
@@ -159,6 +167,12 @@ impl Policy {
             return Err(Error::Config(format!(
                 "limits.timeout_max_ms {} must be within 100..=300000 and at least defaults.timeout_ms {}",
                 l.timeout_max_ms, self.defaults.timeout_ms
+            )));
+        }
+        if !(1_000..=3_600_000).contains(&self.packages.install_timeout_ms) {
+            return Err(Error::Config(format!(
+                "packages.install_timeout_ms {} must be within 1000..=3600000",
+                self.packages.install_timeout_ms
             )));
         }
         if l.memory_mb < 16
@@ -316,6 +330,11 @@ pub const ENV_KEYS: &[(&str, &str, &str)] = &[
     ("SANDPIT_TMP_SIZE_MB", "limits", "tmp_size_mb"),
     ("SANDPIT_TIMEOUT_MAX_MS", "limits", "timeout_max_ms"),
     ("SANDPIT_NETWORK_ALLOW", "network", "allow"),
+    (
+        "SANDPIT_PACKAGES_TIMEOUT_MS",
+        "packages",
+        "install_timeout_ms",
+    ),
     ("SANDPIT_PYTHON", "interpreters", "python"),
     ("SANDPIT_NODE", "interpreters", "javascript"),
     ("SANDPIT_BASH", "interpreters", "bash"),
@@ -351,6 +370,14 @@ fn apply_env(
                 "0" | "false" | "no" | "off" => Ok(toml::Value::Boolean(false)),
                 _ => Err(Error::Config(format!("{var}={raw:?} is not true/false"))),
             },
+            // Lists are comma-separated: SANDPIT_REDACT_ENV=OPENAI_API_KEY,GITHUB_TOKEN.
+            Some(toml::Value::Array(_)) => Ok(toml::Value::Array(
+                raw.split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(|s| toml::Value::String(s.to_string()))
+                    .collect(),
+            )),
             _ => Ok(toml::Value::String(raw.clone())),
         }?;
         tbl.insert(key.to_string(), value);

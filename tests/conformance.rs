@@ -9,6 +9,7 @@
 mod common;
 
 use common::{exec, exec_timeout, host_process_with, Ctx};
+use sandpit::session::{Session, SessionConfig};
 use sandpit::{ExecRequest, Language, Status};
 use std::time::Duration;
 
@@ -324,6 +325,66 @@ mod functional {
             "{:?}",
             r.warnings
         );
+    }
+
+    /// `packages`: pip and npm install into the session (the installer gets network; the
+    /// session keeps none), the next request reuses them without reinstalling.
+    pub async fn packages_install_into_the_session(ctx: Ctx) {
+        if !common::registry_reachable() {
+            return;
+        }
+        let mut policy = ctx.policy.clone();
+        policy.network.allow = true;
+        for (lang, pkg, code, expect) in [
+            (
+                Language::Python,
+                "six",
+                "import six\nresult = six.__name__",
+                "six",
+            ),
+            (
+                Language::Javascript,
+                "is-number",
+                "result = require('is-number')(7) ? 'is-number' : 'no'",
+                "is-number",
+            ),
+        ] {
+            let mut req = ExecRequest::new(lang, code);
+            req.packages = vec![pkg.into()];
+            let config = SessionConfig::for_request(&policy, &req);
+            assert!(!config.network, "the session itself has no network");
+            let mut s = Session::start(&policy, ctx.backend.clone(), config)
+                .await
+                .expect("session starts");
+            let r = s.run_request(&req, None).await.expect("request runs");
+            assert_eq!(r.status, Status::Ok, "{r:?}");
+            assert_eq!(r.result, Some(serde_json::json!(expect)), "{r:?}");
+            assert!(
+                r.warnings
+                    .iter()
+                    .any(|w| w.starts_with(&format!("installed {pkg}"))),
+                "{:?}",
+                r.warnings
+            );
+            // Installed once per sandbox: the second request does not run the installer.
+            let r = s.run_request(&req, None).await.expect("request runs");
+            assert_eq!(r.status, Status::Ok, "{r:?}");
+            assert!(
+                !r.warnings.iter().any(|w| w.starts_with("installed")),
+                "{r:?}"
+            );
+            s.kill().await;
+        }
+        // Without network in the policy, installation is refused before anything runs.
+        let mut req = ExecRequest::new(Language::Python, "pass");
+        req.packages = vec!["six".into()];
+        let config = SessionConfig::for_request(&ctx.policy, &req);
+        let mut s = Session::start(&ctx.policy, ctx.backend.clone(), config)
+            .await
+            .expect("session starts");
+        let e = s.run_request(&req, None).await.unwrap_err();
+        assert_eq!(e.code(), sandpit::ErrorCode::PolicyDenied, "{e}");
+        s.kill().await;
     }
 
     pub async fn forked_children_do_not_take_over_the_session(ctx: Ctx) {
@@ -783,6 +844,7 @@ matrix!(functional; [linux, docker, unsandboxed];
     output_flood_is_bounded,
     invalid_utf8_is_replaced,
     files_in_and_out,
+    packages_install_into_the_session,
     environment_is_clean,
     forked_children_do_not_take_over_the_session,
     workspace_modules_import,

@@ -61,7 +61,7 @@ if is_root; then
     for _ in $(seq 1 60); do docker version >/dev/null 2>&1 && break; sleep 0.5; done
     docker version >/dev/null 2>&1 || { echo "dockerd did not start; see /tmp/sandpit-dockerd.log" >&2; exit 1; }
   fi
-  if ! docker image inspect sandpit-sandbox:1 >/dev/null 2>&1; then
+  if ! docker image inspect sandpit-sandbox:2 >/dev/null 2>&1; then
     say "building the Docker sandbox image (offline, from debootstrap)"
     target/debug/sandpit image build --offline
   fi

@@ -177,6 +177,11 @@ pub trait Backend: Send + Sync {
     /// Starts one interpreter as described.
     fn launch<'a>(&'a self, spec: &'a LaunchSpec) -> BoxFuture<'a, Result<Launched>>;
     /// Replace a session's sandbox after this many executions (`None`: never).
+    /// The interpreter's path as the sandbox sees it: the policy's host path, or the image's.
+    fn sandbox_interpreter(&self, language: Language, policy: &Policy) -> PathBuf {
+        policy.interpreters.path(language).to_path_buf()
+    }
+
     fn recycle_after(&self) -> Option<u64> {
         None
     }

@@ -11,6 +11,7 @@
 
 mod files;
 pub mod manager;
+pub mod packages;
 
 use crate::backend::{Backend, ExitInfo, LaunchSpec, Reader, SandboxControl, Writer};
 use crate::error::{Error, Result};
@@ -122,6 +123,10 @@ pub struct Session {
     last_used: Instant,
     /// State was lost since the last result (crash, kill): the next result says so.
     lost_state: bool,
+    /// What installers may do (packages need the policy's network and time limit).
+    policy: Policy,
+    /// Packages installed into the current sandbox's workspace (cleared when it is replaced).
+    installed: std::collections::BTreeSet<String>,
 }
 
 /// Reads a chunked stream into a bounded channel, so the child never blocks on a full pipe
@@ -231,6 +236,8 @@ impl Session {
             since_start: 0,
             last_used: Instant::now(),
             lost_state: false,
+            policy: policy.clone(),
+            installed: Default::default(),
         };
         s.ensure_running().await?;
         Ok(s)
@@ -352,6 +359,7 @@ impl Session {
         }
         tracing::info!(session = %self.id, language = %self.spec.language, backend = self.backend_name(), version = %running.version, "session started");
         self.since_start = 0;
+        self.installed.clear();
         self.running = Some(running);
         Ok(())
     }
@@ -372,13 +380,34 @@ impl Session {
         req: &ExecRequest,
         output: Option<mpsc::UnboundedSender<OutputEvent>>,
     ) -> Result<ExecResult> {
-        if !req.packages.is_empty() {
-            return Err(Error::PackageInstall(
-                "installing packages into a session is not supported in this version of sandpit"
-                    .into(),
-            ));
+        packages::validate(req.language, &req.packages)?;
+        let recycled = self.recycle_reason();
+        if recycled.is_some() {
+            // Replace the sandbox now, so packages go into the one that runs the code.
+            self.kill().await;
+            self.lost_state = true;
         }
         self.ensure_running().await?;
+        let mut install_note = None;
+        let missing: Vec<String> = req
+            .packages
+            .iter()
+            .filter(|p| !self.installed.contains(*p))
+            .cloned()
+            .collect();
+        if !missing.is_empty() {
+            let target = packages::Target {
+                session_id: self.id.clone(),
+                language: self.spec.language,
+                workspace: self.host_workspace().ok_or_else(|| {
+                    Error::PackageInstall("this backend cannot share a session's workspace".into())
+                })?,
+            };
+            let note =
+                packages::install(&self.policy, self.backend.clone(), target, &missing).await?;
+            self.installed.extend(missing);
+            install_note = Some(note);
+        }
         if !req.files.is_empty() {
             let ws = self.host_workspace().ok_or_else(|| {
                 Error::sandbox("this backend cannot write files into the workspace")
@@ -393,6 +422,15 @@ impl Session {
             cancel: None,
         };
         let mut result = self.execute(&req.code, opts).await?;
+        if let Some(reason) = recycled {
+            result.warnings.insert(
+                0,
+                format!("the session's sandbox was recycled {reason}; its state was lost"),
+            );
+        }
+        if let Some(note) = install_note {
+            result.warnings.insert(0, note);
+        }
         if !req.output_files.is_empty() {
             match self.host_workspace() {
                 Some(ws) => {

@@ -157,6 +157,25 @@ pub fn native_or_unsandboxed(what: &str) -> &'static str {
     "unsandboxed"
 }
 
+/// Whether the package registries (PyPI, npm) answer from here; says why not when they don't.
+/// Package tests need them (the installer sandbox downloads); nothing else does.
+pub fn registry_reachable() -> bool {
+    use std::net::ToSocketAddrs;
+    for host in ["pypi.org:443", "registry.npmjs.org:443"] {
+        let ok = host
+            .to_socket_addrs()
+            .ok()
+            .and_then(|mut a| a.next())
+            .map(|a| std::net::TcpStream::connect_timeout(&a, Duration::from_secs(5)).is_ok())
+            .unwrap_or(false);
+        if !ok {
+            eprintln!("SKIPPED: {host} is unreachable from this host; package installation needs the registry");
+            return false;
+        }
+    }
+    true
+}
+
 /// Whether any process on the host has `needle` in its command line.
 pub fn host_process_with(needle: &str) -> bool {
     std::fs::read_dir("/proc").unwrap().flatten().any(|e| {

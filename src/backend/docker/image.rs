@@ -27,7 +27,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
 use tokio::process::Command;
 
 /// The tag sandpit uses.
-pub const IMAGE: &str = "sandpit-sandbox:1";
+pub const IMAGE: &str = "sandpit-sandbox:2";
 /// The image's non-root user `sandbox` (its group has the same id).
 pub const SANDBOX_UID: u32 = 1000;
 /// The label every sandpit image carries, and its value for this layout.
@@ -37,14 +37,18 @@ pub const IMAGE_LABEL_VALUE: &str = "1";
 pub const DOCKERFILE: &str = include_str!("../../../docker/Dockerfile");
 
 const REPO: &str = "sandpit-sandbox";
-const TAG: &str = "1";
+const TAG: &str = "2";
 const SUITE: &str = "bookworm";
 const DEFAULT_MIRROR: &str = "http://deb.debian.org/debian";
 const DEFAULT_SECURITY_MIRROR: &str = "http://deb.debian.org/debian-security";
 const MIRROR_ENV: &str = "SANDPIT_DEBIAN_MIRROR";
 const SECURITY_MIRROR_ENV: &str = "SANDPIT_DEBIAN_SECURITY_MIRROR";
-/// bash and coreutils are Essential, so minbase has them already.
-const PACKAGES: &str = "python3,nodejs,ca-certificates";
+/// bash and coreutils are Essential, so minbase has them already; pip and npm install a
+/// request's `packages` (src/session/packages.rs).
+const PACKAGES: &str = "python3,python3-pip,nodejs,npm,ca-certificates";
+/// Certificate authorities the host added (a company proxy's, say): the image trusts them too,
+/// so the package installers reach registries the host reaches.
+const HOST_CA_DIR: &str = "/usr/local/share/ca-certificates";
 const KEYRING: &str = "/usr/share/keyrings/debian-archive-keyring.gpg";
 const IMAGE_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 /// Where the root filesystem is built: a disk-backed directory (tmpfs `/tmp` may be small or
@@ -500,7 +504,21 @@ async fn build_offline(
         &rootfs.join("etc/apt/sources.list.d/debian.sources"),
         IMAGE_SOURCES,
     )?;
-    let script = format!("set -eux; {}", SETUP_COMMANDS.join("; "));
+    let extra_cas = copy_host_cas(&rootfs)?;
+    if extra_cas > 0 {
+        progress(&format!(
+            "adding the host's {extra_cas} local certificate authorities ({HOST_CA_DIR})"
+        ));
+    }
+    let script = format!(
+        "set -eux; {}{}",
+        SETUP_COMMANDS.join("; "),
+        if extra_cas > 0 {
+            "; update-ca-certificates"
+        } else {
+            ""
+        }
+    );
     let setup = in_chroot(&chroot, &rootfs, &["/bin/sh", "-c", &script]);
     run_logged(setup, "setup: ", progress).await.map_err(|f| {
         ImageError::step(
@@ -1336,6 +1354,36 @@ fn mb(bytes: u64) -> u64 {
     (bytes + 500_000) / 1_000_000
 }
 
+/// Copies the host's local CA certificates (regular `*.crt` files) into the root filesystem;
+/// returns how many.
+fn copy_host_cas(rootfs: &Path) -> Result<usize, ImageError> {
+    let Ok(entries) = std::fs::read_dir(HOST_CA_DIR) else {
+        return Ok(0);
+    };
+    let dest = rootfs.join(HOST_CA_DIR.trim_start_matches('/'));
+    let mut n = 0;
+    for e in entries.flatten() {
+        let path = e.path();
+        let regular = std::fs::symlink_metadata(&path)
+            .map(|m| m.is_file())
+            .unwrap_or(false);
+        if !regular || path.extension().and_then(|x| x.to_str()) != Some("crt") {
+            continue;
+        }
+        std::fs::create_dir_all(&dest)
+            .and_then(|_| std::fs::copy(&path, dest.join(e.file_name())))
+            .map_err(|err| {
+                ImageError::step(
+                    format!("could not copy {} into the image", path.display()),
+                    err.to_string(),
+                    "check the file's permissions",
+                )
+            })?;
+        n += 1;
+    }
+    Ok(n)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1462,11 +1510,15 @@ Components: main
             );
         }
         assert!(DOCKERFILE.contains("FROM debian:bookworm-slim"));
-        assert!(DOCKERFILE.contains("LABEL sandpit.image=\"1\""));
+        assert!(DOCKERFILE.contains(&format!("LABEL sandpit.image=\"{TAG}\"")));
         assert!(DOCKERFILE.contains("USER 1000:1000"));
         assert!(DOCKERFILE.contains("WORKDIR /workspace"));
         assert!(DOCKERFILE.contains(&format!("PATH={IMAGE_PATH}")));
-        assert!(DOCKERFILE.contains("python3 nodejs ca-certificates"));
+        // The same packages as the offline build.
+        assert!(DOCKERFILE.contains(&format!(
+            "--no-install-recommends {};",
+            PACKAGES.replace(',', " ")
+        )));
     }
 
     #[test]

@@ -168,11 +168,7 @@ pub fn container_config(
     let l = &spec.limits;
     let mb = 1024 * 1024;
     let memory = (l.memory_mb * mb) as i64;
-    let interpreter = match spec.language {
-        Language::Python => "/usr/bin/python3",
-        Language::Javascript => "/usr/bin/node",
-        Language::Bash => "/bin/bash",
-    };
+    let interpreter = image_interpreter(spec.language);
     // The launch shim: fds 3 and 4 from the channel FIFOs, then the driver (as on the host,
     // with the image's interpreter in place of the host's).
     let mut cmd = vec![
@@ -440,6 +436,15 @@ fn process_exists(pid: i32) -> bool {
     signalable || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
+/// The interpreters' paths in the sandbox image.
+fn image_interpreter(language: Language) -> &'static str {
+    match language {
+        Language::Python => "/usr/bin/python3",
+        Language::Javascript => "/usr/bin/node",
+        Language::Bash => "/bin/bash",
+    }
+}
+
 /// The workspace must be writable by the image's user.
 fn prepare_workspace(dir: &Path) -> Result<()> {
     use std::os::unix::fs::PermissionsExt;
@@ -528,6 +533,14 @@ async fn open_channels(
 impl super::Backend for DockerBackend {
     fn kind(&self) -> BackendKind {
         BackendKind::Docker
+    }
+
+    fn sandbox_interpreter(
+        &self,
+        language: Language,
+        _policy: &crate::policy::Policy,
+    ) -> std::path::PathBuf {
+        image_interpreter(language).into()
     }
 
     fn recycle_after(&self) -> Option<u64> {

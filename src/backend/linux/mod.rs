@@ -239,6 +239,15 @@ fn check_owner(p: &Path, uid: u32) -> Result<()> {
     Ok(())
 }
 
+/// The owner of `workspace` when it is a directory (not a symlink) owned by one of sandpit's
+/// per-session uids.
+fn sandbox_owner(workspace: &Path, settings: &crate::policy::LinuxSettings) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(workspace).ok()?;
+    let range = settings.uid_base..settings.uid_base.saturating_add(settings.uid_count);
+    (m.is_dir() && range.contains(&m.uid())).then_some(m.uid())
+}
+
 fn chown(p: &Path, uid: u32, gid: u32) -> Result<()> {
     std::os::unix::fs::chown(p, Some(uid), Some(gid))
         .map_err(|e| Error::io(format!("chown {}", p.display()), e))
@@ -290,7 +299,17 @@ impl LinuxBackend {
             }
         }
 
-        let uid_lease = if is_root {
+        // A sandbox given an existing workspace that a live session owns (a package installer
+        // working for that session) runs as that session's uid, so what it writes belongs to
+        // the session. Only uids of sandpit's own range are reused, never a host user's.
+        let inherited = if is_root {
+            spec.workspace
+                .as_deref()
+                .and_then(|ws| sandbox_owner(ws, &self.policy.linux))
+        } else {
+            None
+        };
+        let uid_lease = if is_root && inherited.is_none() {
             Some(
                 uid::lease(
                     &spec.state_dir,
@@ -302,7 +321,11 @@ impl LinuxBackend {
         } else {
             None
         };
-        let session_ids = uid_lease.as_ref().map(|l| (l.uid, l.uid));
+        let session_ids = uid_lease
+            .as_ref()
+            .map(|l| l.uid)
+            .or(inherited)
+            .map(|u| (u, u));
         if let Some((u, g)) = session_ids {
             for d in [&dirs.workspace, &dirs.tmp, &dirs.home] {
                 chown(d, u, g)?;

@@ -144,7 +144,11 @@ pub fn build(
             );
             Rlimit::Data(limits.memory_mb * mb)
         }
-        _ => Rlimit::AddressSpace(limits.memory_mb * mb),
+        // A shell runs whatever it is asked to, node and the JVM included, which reserve far
+        // more address space than they use: bound its data instead (the cgroup, where there is
+        // one, bounds the whole session's memory either way).
+        Language::Bash => Rlimit::Data(limits.memory_mb * mb),
+        Language::Python => Rlimit::AddressSpace(limits.memory_mb * mb),
     };
     let rlimits = vec![
         memory_limit,

@@ -53,7 +53,11 @@ def _driver():
     write = os.write
     driver_pid = os.getpid()
     # Cells may import modules they (or the request's files) put in the workspace.
-    sys.path.insert(0, os.environ.get("SANDPIT_WORKSPACE") or os.getcwd())
+    workspace = os.environ.get("SANDPIT_WORKSPACE") or os.getcwd()
+    sys.path.insert(0, workspace)
+    # Packages a request installed (pip --target, see src/session/packages.rs) go on the path
+    # once that directory exists, checked before each cell.
+    site_dir = workspace + "/.sandpit/python"
     # ensure_ascii=False: a lone surrogate stays a character, which the final encode turns
     # into "?" (as a \udXXXX escape it would make the line invalid JSON for the host).
     encoders = []
@@ -170,6 +174,10 @@ def _driver():
     def run_cell(cid, nonce, interactive, prelude, code):
         nonlocal cell_handler, fd0_is_null, loop
         status, exit_code, exception, warnings = "ok", 0, None, []
+        if site_dir not in sys.path and os.path.isdir(site_dir):
+            sys.path.insert(1, site_dir)
+            import importlib
+            importlib.invalidate_caches()
         before = g.get("result", MISSING)
         co = None
         saved_stdin = sys.stdin

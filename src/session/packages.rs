@@ -1,0 +1,215 @@
+//! `packages` in a request: pip (python) or npm (javascript) packages installed into a session.
+//!
+//! The installer runs in a second sandbox of the same backend and the same confinement, started
+//! for the installation only, with network (so only where the policy allows network at all) and
+//! the session's workspace as its own. The session's sandbox keeps its own network setting:
+//! only the installer reaches the registry. What it installs lands in the workspace:
+//! - python: `pip install --target <workspace>/.sandpit/python`, which the Python driver puts on
+//!   `sys.path` (first, after the workspace itself) as soon as it exists;
+//! - javascript: `npm install` in the workspace, so `require` finds `<workspace>/node_modules`
+//!   (npm records them in the workspace's `package.json`).
+//!
+//! Names are validated before anything runs (no options, URLs, paths or shell syntax), and they
+//! reach the installer as data (one per line in an environment variable, read into a bash
+//! array), never spliced into a command line. An installation is time-limited
+//! (`packages.install_timeout_ms`); a failure is `PACKAGE_INSTALL_FAILED` with the end of the
+//! installer's output.
+
+use super::{ExecOptions, Session, SessionConfig};
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::policy::Policy;
+use crate::types::{Language, Status};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Where pip installs, relative to the workspace (the Python driver knows this path too).
+pub const PYTHON_SITE: &str = ".sandpit/python";
+
+/// The installer script. Its inputs come as environment variables: `INSTALLER` (pip|npm),
+/// `PKGS` (one validated name per line), `PYBIN` (the interpreter in the sandbox).
+const SCRIPT: &str = r#"set -euo pipefail
+mapfile -t pkgs <<< "$PKGS"
+# Node trusts only its own CA list unless told; the system bundle has the host's additions.
+if [ -r /etc/ssl/certs/ca-certificates.crt ]; then
+  export NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt
+fi
+case "$INSTALLER" in
+  pip)
+    cd "$TMPDIR"
+    "$PYBIN" -I -m pip install --no-input --disable-pip-version-check --no-cache-dir \
+      --progress-bar off --no-warn-script-location --upgrade \
+      --target "$SANDPIT_WORKSPACE/.sandpit/python" -- "${pkgs[@]}"
+    ;;
+  npm)
+    cd "$SANDPIT_WORKSPACE"
+    npm install --no-audit --no-fund --no-update-notifier --loglevel=warn -- "${pkgs[@]}"
+    ;;
+esac
+"#;
+
+/// Which package manager serves a language.
+pub fn installer_for(language: Language) -> Result<&'static str> {
+    match language {
+        Language::Python => Ok("pip"),
+        Language::Javascript => Ok("npm"),
+        Language::Bash => Err(Error::InvalidRequest(
+            "packages can be installed into python (pip) and javascript (npm) sessions, not bash"
+                .into(),
+        )),
+    }
+}
+
+/// Checks a request's package list: the language has an installer, every name is valid.
+pub fn validate(language: Language, packages: &[String]) -> Result<()> {
+    if packages.is_empty() {
+        return Ok(());
+    }
+    installer_for(language)?;
+    if packages.len() > 50 {
+        return Err(Error::InvalidRequest(format!(
+            "{} packages requested; at most 50 per request",
+            packages.len()
+        )));
+    }
+    for p in packages {
+        crate::pipeline::analyzer::validate_package_name(p).map_err(Error::InvalidRequest)?;
+    }
+    Ok(())
+}
+
+/// The session an installation is for.
+pub struct Target {
+    pub session_id: String,
+    pub language: Language,
+    /// The session's workspace on the host.
+    pub workspace: PathBuf,
+}
+
+/// Installs `packages` into a session's workspace. Returns a one-line summary for the result's
+/// warnings.
+pub async fn install(
+    policy: &Policy,
+    backend: Arc<dyn Backend>,
+    target: Target,
+    packages: &[String],
+) -> Result<String> {
+    let Target {
+        session_id,
+        language,
+        workspace,
+    } = target;
+    let installer = installer_for(language)?;
+    validate(language, packages)?;
+    if !policy.network_allowed() {
+        return Err(Error::PolicyDenied(format!(
+            "installing {} needs network for the installer ({installer}), which the policy does not allow (network.allow = false); enable it with SANDPIT_NETWORK_ALLOW=true, or put the packages in the interpreter's environment or the sandbox image",
+            packages.join(" ")
+        )));
+    }
+    let started = Instant::now();
+    let config = SessionConfig {
+        language: Language::Bash,
+        session_id: Some(format!("{session_id}-install")),
+        workspace: Some(workspace),
+        network: true,
+        limits: policy.limits.clone(),
+    };
+    let mut sandbox = Session::start(policy, backend.clone(), config)
+        .await
+        .map_err(|e| Error::PackageInstall(format!("could not start the installer: {e}")))?;
+    let timeout = Duration::from_millis(policy.packages.install_timeout_ms);
+    let mut opts = ExecOptions::with_timeout(timeout);
+    let input: BTreeMap<String, serde_json::Value> = [
+        ("INSTALLER", installer.to_string()),
+        ("PKGS", packages.join("\n")),
+        (
+            "PYBIN",
+            backend
+                .sandbox_interpreter(Language::Python, policy)
+                .display()
+                .to_string(),
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), serde_json::Value::String(v)))
+    .collect();
+    opts.input = input;
+    let run = sandbox.execute(SCRIPT, opts).await;
+    sandbox.kill().await;
+    let r = run.map_err(|e| Error::PackageInstall(format!("the installer failed: {e}")))?;
+    let took = started.elapsed().as_secs_f64();
+    tracing::info!(session = %session_id, installer, packages = %packages.join(" "), status = ?r.status, seconds = took, "package installation");
+    match r.status {
+        Status::Ok => Ok(format!(
+            "installed {} with {installer} in {took:.1} s",
+            packages.join(", ")
+        )),
+        Status::Timeout => Err(Error::PackageInstall(format!(
+            "{installer} did not finish within {} ms (packages.install_timeout_ms); {}",
+            policy.packages.install_timeout_ms,
+            tail(&r.stdout, &r.stderr)
+        ))),
+        _ => Err(Error::PackageInstall(format!(
+            "{installer} failed (exit {}): {}",
+            r.exit_code
+                .map(|c| c.to_string())
+                .unwrap_or_else(|| "?".into()),
+            tail(&r.stdout, &r.stderr)
+        ))),
+    }
+}
+
+/// The last lines of the installer's output, where pip and npm say what went wrong.
+fn tail(stdout: &str, stderr: &str) -> String {
+    let text = if stderr.trim().is_empty() {
+        stdout
+    } else {
+        stderr
+    };
+    let lines: Vec<&str> = text.trim().lines().collect();
+    let start = lines.len().saturating_sub(8);
+    let out = lines[start..].join("\n");
+    if out.is_empty() {
+        "no output".into()
+    } else {
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bash_has_no_installer_and_names_are_checked() {
+        assert!(validate(Language::Bash, &[]).is_ok());
+        assert!(matches!(
+            validate(Language::Bash, &["x".into()]),
+            Err(Error::InvalidRequest(_))
+        ));
+        assert!(validate(Language::Python, &["requests".into()]).is_ok());
+        for bad in ["--index-url=http://x", "a b", "../x", "-e", "x;rm -rf /"] {
+            assert!(
+                matches!(
+                    validate(Language::Python, &[bad.into()]),
+                    Err(Error::InvalidRequest(_))
+                ),
+                "{bad} accepted"
+            );
+        }
+        let many: Vec<String> = (0..51).map(|i| format!("p{i}")).collect();
+        assert!(validate(Language::Javascript, &many).is_err());
+    }
+
+    #[test]
+    fn tail_prefers_stderr_and_keeps_the_end() {
+        let err: String = (0..20).map(|i| format!("line {i}\n")).collect();
+        let t = tail("out", &err);
+        assert!(t.starts_with("line 12") && t.ends_with("line 19"));
+        assert_eq!(tail("only stdout\n", "  \n"), "only stdout");
+        assert_eq!(tail("", ""), "no output");
+    }
+}
