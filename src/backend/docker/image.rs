@@ -45,7 +45,10 @@ const MIRROR_ENV: &str = "SANDPIT_DEBIAN_MIRROR";
 const SECURITY_MIRROR_ENV: &str = "SANDPIT_DEBIAN_SECURITY_MIRROR";
 /// bash and coreutils are Essential, so minbase has them already; pip and npm install a
 /// request's `packages` (src/session/packages.rs).
-const PACKAGES: &str = "python3,python3-pip,nodejs,npm,ca-certificates";
+const PACKAGES: &str = "python3,nodejs,ca-certificates";
+/// Installed with apt after debootstrap, whose own resolver cannot configure npm's large
+/// dependency tree (it leaves node-gyp and friends unconfigured).
+const APT_PACKAGES: &[&str] = &["python3-pip", "npm"];
 /// Certificate authorities the host added (a company proxy's, say): the image trusts them too,
 /// so the package installers reach registries the host reaches.
 const HOST_CA_DIR: &str = "/usr/local/share/ca-certificates";
@@ -465,6 +468,7 @@ async fn build_offline(
         &rootfs,
         &["apt-get", "-q", "-o", "Dpkg::Use-Pty=0", "update"],
     );
+    let mut indexes = true;
     match run_logged(update, "apt: ", progress).await {
         Ok(()) => {
             let upgrade = in_chroot(
@@ -489,12 +493,53 @@ async fn build_offline(
             })?;
         }
         Err(f) => {
+            indexes = false;
             progress(&format!(
                 "warning: could not fetch the update indexes ({}); the image keeps the packages of the {SUITE} point release. Set {SECURITY_MIRROR_ENV} to a reachable debian-security mirror to include security updates",
                 f.status
             ));
         }
     }
+    // The package installers (pip, npm), with apt.
+    progress(&format!("installing {} with apt", APT_PACKAGES.join(" ")));
+    if !indexes {
+        // The mirror debootstrap used answers: its indexes alone will do.
+        write_file(
+            &rootfs.join("etc/apt/sources.list"),
+            &format!("deb {mirror} {SUITE} main\n"),
+        )?;
+        let update = in_chroot(
+            &chroot,
+            &rootfs,
+            &["apt-get", "-q", "-o", "Dpkg::Use-Pty=0", "update"],
+        );
+        run_logged(update, "apt: ", progress).await.map_err(|f| {
+            ImageError::step(
+                format!("fetching the package indexes from {mirror} failed"),
+                f.describe(),
+                HINT_MIRROR,
+            )
+        })?;
+    }
+    let mut install: Vec<&str> = vec![
+        "apt-get",
+        "-q",
+        "-y",
+        "-o",
+        "Dpkg::Use-Pty=0",
+        "--no-install-recommends",
+        "install",
+    ];
+    install.extend(APT_PACKAGES);
+    run_logged(in_chroot(&chroot, &rootfs, &install), "apt: ", progress)
+        .await
+        .map_err(|f| {
+            ImageError::step(
+                format!("installing {} failed", APT_PACKAGES.join(" ")),
+                f.describe(),
+                HINT_MIRROR,
+            )
+        })?;
     work.unmount_leftovers()?;
 
     // 3. The shared setup: user, directories, cleanup.
@@ -1516,8 +1561,9 @@ Components: main
         assert!(DOCKERFILE.contains(&format!("PATH={IMAGE_PATH}")));
         // The same packages as the offline build.
         assert!(DOCKERFILE.contains(&format!(
-            "--no-install-recommends {};",
-            PACKAGES.replace(',', " ")
+            "--no-install-recommends {} {};",
+            PACKAGES.replace(',', " "),
+            APT_PACKAGES.join(" ")
         )));
     }
 
