@@ -91,6 +91,10 @@ pub struct Policy {
     pub limits: Limits,
     pub network: NetworkPolicy,
     pub packages: PackagesPolicy,
+    pub analyzer: crate::pipeline::gate::AnalyzerSettings,
+    pub redaction: crate::pipeline::redact::RedactionConfig,
+    pub approval: crate::pipeline::approval::ApprovalSettings,
+    pub audit: crate::pipeline::audit::AuditSettings,
     pub interpreters: Interpreters,
     pub filesystem: FilesystemPolicy,
     pub linux: LinuxSettings,
@@ -335,6 +339,16 @@ pub const ENV_KEYS: &[(&str, &str, &str)] = &[
         "packages",
         "install_timeout_ms",
     ),
+    ("SANDPIT_ANALYZER", "analyzer", "mode"),
+    ("SANDPIT_REDACT", "redaction", "enabled"),
+    ("SANDPIT_REDACT_ENV", "redaction", "env"),
+    ("SANDPIT_REDACT_PATTERNS", "redaction", "builtin_patterns"),
+    ("SANDPIT_APPROVAL", "approval", "mode"),
+    ("SANDPIT_APPROVAL_TIMEOUT_MS", "approval", "timeout_ms"),
+    ("SANDPIT_AUDIT", "audit", "enabled"),
+    ("SANDPIT_AUDIT_PATH", "audit", "path"),
+    ("SANDPIT_AUDIT_MAX_BYTES", "audit", "max_bytes"),
+    ("SANDPIT_AUDIT_KEEP", "audit", "keep"),
     ("SANDPIT_PYTHON", "interpreters", "python"),
     ("SANDPIT_NODE", "interpreters", "javascript"),
     ("SANDPIT_BASH", "interpreters", "bash"),
@@ -381,6 +395,12 @@ fn apply_env(
             _ => Ok(toml::Value::String(raw.clone())),
         }?;
         tbl.insert(key.to_string(), value);
+        if *var == "SANDPIT_ANALYZER" {
+            // The variable sets every language at once.
+            for lang in ["python", "javascript", "bash"] {
+                tbl.remove(lang);
+            }
+        }
         applied.push(format!("{var}={raw}"));
     }
     Ok(applied)

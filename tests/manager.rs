@@ -39,7 +39,7 @@ async fn manager(config: ManagerConfig) -> Arc<SessionManager> {
             .unwrap()
         }
     };
-    SessionManager::with_backend(policy, be, config)
+    SessionManager::with_backend(policy, be, config).expect("manager")
 }
 
 fn req(lang: Language, code: &str, session: Option<&str>, user: &str) -> ExecRequest {

@@ -13,6 +13,15 @@ pub fn doctor(json: bool, policy: &Policy, source: &ConfigSource) -> ExitCode {
             return ExitCode::from(super::EXIT_SANDPIT_FAILURE);
         }
     };
+    // The configured secrets are never printed, only how many there are.
+    let mut shown = policy.clone();
+    shown.redaction.values = shown
+        .redaction
+        .values
+        .iter()
+        .map(|_| "***".into())
+        .collect();
+    let policy = &shown;
     let report = backend::report(policy, &helper);
     let auto = backend::auto_pick(&report);
     let auto_text = match &auto {

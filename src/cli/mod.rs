@@ -1,11 +1,12 @@
 //! The command line (`interface.md` §3). Each subcommand is a function in its own module;
 //! errors are printed once with their hint, and the exit codes are the contract's.
 
+mod approve;
 mod bench;
 mod doctor;
 mod image;
 mod repl;
-mod run;
+pub(crate) mod run;
 
 use crate::backend::BackendChoice;
 use crate::policy::Policy;
@@ -100,14 +101,19 @@ pub fn backend_choice(arg: &BackendArg, policy: &Policy) -> crate::Result<Backen
         .parse()
 }
 
-fn init_tracing() {
+/// Logs to stderr (`RUST_LOG`, default `warn`), through `redactor` when there is one.
+fn init_tracing(redactor: Option<std::sync::Arc<crate::pipeline::redact::Redactor>>) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("RUST_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .try_init();
+        .with_target(false);
+    let _ = match redactor {
+        Some(r) => builder
+            .with_writer(crate::pipeline::redact::RedactingStderr::new(r))
+            .try_init(),
+        None => builder.with_writer(std::io::stderr).try_init(),
+    };
 }
 
 /// Writes to stdout; a reader that went away (`sandpit doctor | head`) is not an error.
@@ -199,14 +205,23 @@ pub fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    init_tracing();
     let (policy, source) = match Policy::load(cli.config.as_deref()) {
         Ok(p) => p,
         Err(e) => {
+            init_tracing(None);
             report_error(&e);
             return ExitCode::from(EXIT_USAGE);
         }
     };
+    // Logs pass through the same redaction as everything else.
+    match crate::pipeline::redact::Redactor::new(&policy.redaction) {
+        Ok(r) => init_tracing(Some(std::sync::Arc::new(r))),
+        Err(e) => {
+            init_tracing(None);
+            report_error(&crate::Error::Config(format!("redaction: {e}")));
+            return ExitCode::from(EXIT_USAGE);
+        }
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

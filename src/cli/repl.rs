@@ -1,12 +1,15 @@
 //! `sandpit repl`: a persistent session in this terminal, with line editing and history.
 //! A line that opens a block (ends with `:`, `{`, `(`, `[` or `\`) continues until an empty line.
 //! Ctrl-C while a cell runs interrupts the cell, not the session; Ctrl-D leaves.
+//! Every cell goes through the pipeline: the analyzer, approval (a prompt here, under
+//! `approval.mode` `auto` or `ask`), redaction and the audit trail.
 
 use super::{backend_choice, BackendArg, EXIT_SANDPIT_FAILURE};
 use crate::backend;
+use crate::pipeline::gate::{Caller, Pipeline};
 use crate::policy::Policy;
 use crate::session::{ExecOptions, OutputEvent, Session, SessionConfig, StreamKind};
-use crate::types::{Language, Status};
+use crate::types::{ExecRequest, ExecResult, Language, Status};
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -35,6 +38,13 @@ pub async fn repl(language: Option<Language>, backend_arg: BackendArg, policy: P
         };
         Session::start(&policy, backend, config).await
     };
+    let pipeline = match Pipeline::from_policy(&policy) {
+        Ok(p) => p,
+        Err(e) => {
+            super::report_error(&e);
+            return ExitCode::from(EXIT_SANDPIT_FAILURE);
+        }
+    };
     let mut session = match started.await {
         Ok(s) => s,
         Err(e) => {
@@ -42,6 +52,12 @@ pub async fn repl(language: Option<Language>, backend_arg: BackendArg, policy: P
             return ExitCode::from(EXIT_SANDPIT_FAILURE);
         }
     };
+    session.set_redactor(pipeline.redactor().clone());
+    let approver = super::approve::TerminalApprover {
+        timeout: Duration::from_millis(policy.approval.timeout_ms),
+    };
+    let backend_name = session.backend_name();
+    let mut trusted = false;
     eprintln!(
         "sandpit repl: {} {} on the {} backend. Ctrl-C interrupts a running cell, Ctrl-D exits.",
         language,
@@ -97,6 +113,27 @@ pub async fn repl(language: Option<Language>, backend_arg: BackendArg, policy: P
         if code.trim().is_empty() {
             continue;
         }
+        let mut req = ExecRequest::new(language, code.clone());
+        req.session_id = Some(session.id().to_string());
+        let caller = Caller {
+            interface: "repl",
+            backend: backend_name,
+            session_trusted: trusted,
+            approver: Some(&approver),
+        };
+        let user = req.user.clone();
+        let admission = match pipeline.admit(&req, &user, caller).await {
+            Ok(a) => a,
+            Err(e) => {
+                let mut r = ExecResult::from_error(language, backend_name, &e);
+                pipeline.redact_result(&mut r);
+                if let Some(err) = r.error {
+                    eprintln!("[sandpit] {}", err.message);
+                }
+                continue;
+            }
+        };
+        trusted |= admission.trust_session;
         let cancel = Arc::new(tokio::sync::Notify::new());
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<OutputEvent>();
         let printer = tokio::spawn(async move {
@@ -131,7 +168,8 @@ pub async fn repl(language: Option<Language>, backend_arg: BackendArg, policy: P
         watcher.abort();
         let _ = printer.await;
         match result {
-            Ok(r) => {
+            Ok(mut r) => {
+                pipeline.finish(&req, &user, caller, &admission, &mut r);
                 if let Some(ex) = &r.exception {
                     eprintln!(
                         "{}",
@@ -154,7 +192,13 @@ pub async fn repl(language: Option<Language>, backend_arg: BackendArg, policy: P
                     }
                 }
             }
-            Err(e) => super::report_error(&e),
+            Err(e) => {
+                let mut r = ExecResult::from_error(language, backend_name, &e);
+                pipeline.failed(&req, &user, caller, &admission, &mut r);
+                if let Some(err) = r.error {
+                    eprintln!("[sandpit] {}", err.message);
+                }
+            }
         }
     }
     session.kill().await;

@@ -3,6 +3,7 @@
 
 use super::{backend_choice, BackendArg, EXIT_SANDPIT_FAILURE, EXIT_USAGE};
 use crate::backend;
+use crate::pipeline::gate::{Admission, Caller, Pipeline};
 use crate::policy::Policy;
 use crate::session::{OutputEvent, Session, SessionConfig, StreamKind};
 use crate::types::{ExecRequest, ExecResult, Language};
@@ -61,6 +62,33 @@ fn fail(json: bool, lang: Language, backend: &str, e: &crate::Error) -> ExitCode
         ));
     } else {
         super::report_error(e);
+    }
+    exit(r.cli_exit_code())
+}
+
+/// Like [`fail`], with the message redacted, and (when the run was admitted) audited.
+fn fail_redacted(
+    json: bool,
+    lang: Language,
+    backend: &str,
+    e: &crate::Error,
+    pipeline: &Pipeline,
+    audit: Option<(&ExecRequest, &str, Caller<'_>, &Admission)>,
+) -> ExitCode {
+    let mut r = ExecResult::from_error(lang, backend, e);
+    match audit {
+        Some((req, user, caller, admission)) => {
+            pipeline.failed(req, user, caller, admission, &mut r)
+        }
+        None => pipeline.redact_result(&mut r),
+    }
+    if json {
+        super::print_stdout(&format!(
+            "{}\n",
+            serde_json::to_string(&r).unwrap_or_default()
+        ));
+    } else if let Some(err) = &r.error {
+        eprintln!("sandpit: {}", err.message);
     }
     exit(r.cli_exit_code())
 }
@@ -159,22 +187,52 @@ pub async fn run(args: RunArgs, policy: Policy) -> ExitCode {
     if backend.kind() == backend::BackendKind::Unsandboxed {
         eprintln!("sandpit: warning: the unsandboxed backend runs this code with NO isolation");
     }
+    let backend_name = backend.kind().as_str();
+    // The pipeline around the run: analyzer and approval before, redaction and audit after.
+    let pipeline = match Pipeline::from_policy(&policy) {
+        Ok(p) => p,
+        Err(e) => return fail(args.json, language, backend_name, &e),
+    };
+    let approver = super::approve::TerminalApprover {
+        timeout: std::time::Duration::from_millis(policy.approval.timeout_ms),
+    };
+    let caller = Caller {
+        interface: "cli",
+        backend: backend_name,
+        session_trusted: false,
+        approver: Some(&approver),
+    };
+    let user = req.user.clone();
+    let admission = match pipeline.admit(&req, &user, caller).await {
+        Ok(a) => a,
+        Err(e) => return fail_redacted(args.json, language, backend_name, &e, &pipeline, None),
+    };
+    // Failures from here on are audited too.
+    let failed = |e: &crate::Error| {
+        fail_redacted(
+            args.json,
+            language,
+            backend_name,
+            e,
+            &pipeline,
+            Some((&req, &user, caller, &admission)),
+        )
+    };
     let mut config = SessionConfig::for_request(&policy, &req);
     config.workspace = args.workspace.clone();
     if let Some(w) = &config.workspace {
         if let Err(e) = std::fs::create_dir_all(w) {
-            return fail(
-                args.json,
-                language,
-                backend.kind().as_str(),
-                &crate::Error::io(format!("create workspace {}", w.display()), e),
-            );
+            return failed(&crate::Error::io(
+                format!("create workspace {}", w.display()),
+                e,
+            ));
         }
     }
     let mut session = match Session::start(&policy, backend.clone(), config).await {
         Ok(s) => s,
-        Err(e) => return fail(args.json, language, backend.kind().as_str(), &e),
+        Err(e) => return failed(&e),
     };
+    session.set_redactor(pipeline.redactor().clone());
 
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<OutputEvent>();
     let printer = (!args.json).then(|| {
@@ -213,10 +271,11 @@ pub async fn run(args: RunArgs, policy: Policy) -> ExitCode {
         let _ = p.await;
     }
     session.kill().await;
-    let result = match outcome {
+    let mut result = match outcome {
         Ok(r) => r,
-        Err(e) => return fail(args.json, language, backend.kind().as_str(), &e),
+        Err(e) => return failed(&e),
     };
+    pipeline.finish(&req, &user, caller, &admission, &mut result);
     if args.json {
         super::print_stdout(&format!(
             "{}\n",

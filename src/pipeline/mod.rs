@@ -1,8 +1,11 @@
 //! The pipeline shared by every backend: the language wrapper (drivers and framing), the
-//! pre-execution analyzer, the output pipeline (marker detection, head+tail limits, UTF-8 repair)
-//! and secret redaction.
+//! pre-execution analyzer, approval and the audit trail around each run ([`gate`]), the output
+//! pipeline (marker detection, head+tail limits, UTF-8 repair) and secret redaction.
 
 pub mod analyzer;
+pub mod approval;
+pub mod audit;
+pub mod gate;
 pub mod output;
 pub mod redact;
 pub mod wrapper;

@@ -7,7 +7,8 @@
 //! rebinding) and, when a token is set, the bearer-token check (all routes but `/healthz`).
 
 use crate::error::{Error, ErrorCode};
-use crate::session::manager::{SessionInfo, SessionManager};
+use crate::pipeline::approval::{ApprovalRequest, Approver, Decision, PendingApprovals};
+use crate::session::manager::{SessionInfo, SessionManager, Via};
 use crate::session::{OutputEvent, StreamKind};
 use crate::types::{ExecRequest, ExecResult, Status};
 use axum::body::Bytes;
@@ -192,6 +193,8 @@ struct MetricsInner {
     buckets: [u64; BUCKETS.len()],
     count: u64,
     sum: f64,
+    /// Executions the analyzer refused.
+    analyzer_blocks: u64,
 }
 
 #[derive(Default)]
@@ -216,6 +219,9 @@ impl Metrics {
         }
         m.count += 1;
         m.sum += secs;
+        if r.error.as_ref().map(|e| e.code) == Some(ErrorCode::SecurityBlocked) {
+            m.analyzer_blocks += 1;
+        }
     }
 
     fn render(&self, sessions: usize, queue: usize) -> String {
@@ -246,6 +252,9 @@ impl Metrics {
         );
         let _ = writeln!(s, "sandpit_execution_duration_seconds_sum {}", m.sum);
         let _ = writeln!(s, "sandpit_execution_duration_seconds_count {}", m.count);
+        s.push_str("# HELP sandpit_analyzer_blocks_total Executions the analyzer refused.\n");
+        s.push_str("# TYPE sandpit_analyzer_blocks_total counter\n");
+        let _ = writeln!(s, "sandpit_analyzer_blocks_total {}", m.analyzer_blocks);
         s.push_str("# HELP sandpit_active_sessions Live sessions.\n");
         s.push_str("# TYPE sandpit_active_sessions gauge\n");
         let _ = writeln!(s, "sandpit_active_sessions {sessions}");
@@ -268,6 +277,8 @@ struct AppState {
     hosts: Arc<Vec<String>>,
     unix: bool,
     metrics: Arc<Metrics>,
+    /// Executions waiting for an operator's decision (`approval.mode` `auto` or `ask`).
+    approvals: Arc<PendingApprovals>,
 }
 
 /// Compares two byte strings in time independent of where they differ.
@@ -459,7 +470,11 @@ async fn execute(
     if wants_sse(&headers) {
         return execute_sse(state, req).into_response();
     }
-    let result = state.manager.execute(req, None).await;
+    let via = Via {
+        interface: "http",
+        approver: Some(state.approvals.clone()),
+    };
+    let result = state.manager.execute_via(req, None, via).await;
     state.metrics.record(&result);
     match &result.error {
         Some(e) => ApiError::from_code(e.code, e.message.clone()).into_response(),
@@ -497,7 +512,15 @@ fn execute_sse(
     );
     tokio::spawn(async move {
         let (otx, mut orx) = mpsc::unbounded_channel::<OutputEvent>();
-        let run = state.manager.execute(req, Some(otx));
+        // Tells the client when its execution waits for an operator.
+        let via = Via {
+            interface: "http",
+            approver: Some(Arc::new(AnnouncingApprover {
+                pending: state.approvals.clone(),
+                events: tx.clone(),
+            })),
+        };
+        let run = state.manager.execute_via(req, Some(otx), via);
         tokio::pin!(run);
         let result = loop {
             tokio::select! {
@@ -598,6 +621,95 @@ async fn kill_session(
     }
 }
 
+/// `GET /v1/approvals`: `{approvals: [...]}`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ApprovalList {
+    pub approvals: Vec<ApprovalRequest>,
+}
+
+/// `POST /v1/approvals/{id}`: `{resolved: true}`.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Resolved {
+    pub resolved: bool,
+}
+
+/// Executions waiting for approval (`approval.mode` `auto` or `ask`), oldest first. The code is
+/// shown redacted.
+#[utoipa::path(
+    get,
+    path = "/v1/approvals",
+    responses(
+        (status = 200, description = "Pending approvals", body = ApprovalList),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+    )
+)]
+async fn list_approvals(State(state): State<AppState>) -> Json<ApprovalList> {
+    Json(ApprovalList {
+        approvals: state.approvals.list(),
+    })
+}
+
+/// Decides a pending approval: `{"decision": "approve"}`, `{"decision":
+/// "approve_and_trust_session"}` or `{"decision": "deny", "reason": "..."}`.
+#[utoipa::path(
+    post,
+    path = "/v1/approvals/{id}",
+    params(("id" = String, Path, description = "approval id")),
+    request_body = Decision,
+    responses(
+        (status = 200, description = "Decided", body = Resolved),
+        (status = 400, description = "Invalid decision", body = ErrorBody),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 404, description = "No such pending approval (decided, withdrawn or timed out)", body = ErrorBody),
+    )
+)]
+async fn decide_approval(
+    State(state): State<AppState>,
+    id: Result<Path<String>, PathRejection>,
+    JsonBody(decision): JsonBody<Decision>,
+) -> Response {
+    let Ok(Path(id)) = id else {
+        return ApiError::from_code(
+            ErrorCode::InvalidRequest,
+            "invalid request: bad approval id".into(),
+        )
+        .into_response();
+    };
+    if state.approvals.resolve(&id, decision) {
+        Json(Resolved { resolved: true }).into_response()
+    } else {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "NOT_FOUND",
+            format!("no pending approval {id:?}: it was decided, withdrawn or timed out; GET /v1/approvals lists the pending ones"),
+        )
+        .into_response()
+    }
+}
+
+/// For a streaming execute: announces the pending approval as an `approval_pending` event
+/// (`{approval_id, code, findings}`), then waits like [`PendingApprovals`].
+struct AnnouncingApprover {
+    pending: Arc<PendingApprovals>,
+    events: mpsc::UnboundedSender<Event>,
+}
+
+impl Approver for AnnouncingApprover {
+    fn decide(&self, request: ApprovalRequest) -> futures_util::future::BoxFuture<'_, Decision> {
+        let body = serde_json::json!({
+            "approval_id": request.id,
+            "code": request.code,
+            "findings": request.findings,
+        });
+        let _ = self.events.send(
+            Event::default()
+                .event("approval_pending")
+                .data(body.to_string()),
+        );
+        self.pending.decide(request)
+    }
+}
+
 /// Liveness, and the backend in use (no token needed).
 #[utoipa::path(get, path = "/healthz", responses((status = 200, body = Health)))]
 async fn healthz(State(state): State<AppState>) -> Json<Health> {
@@ -628,8 +740,21 @@ async fn metrics(State(state): State<AppState>) -> Response {
         title = "sandpit",
         description = "Run untrusted Python, JavaScript and bash in sandboxes"
     ),
-    paths(execute, list_sessions, kill_session, healthz, metrics, openapi_json),
+    paths(
+        execute,
+        list_sessions,
+        kill_session,
+        list_approvals,
+        decide_approval,
+        healthz,
+        metrics,
+        openapi_json
+    ),
     components(schemas(
+        ApprovalList,
+        ApprovalRequest,
+        Decision,
+        Resolved,
         ExecRequest,
         ExecResult,
         SessionInfo,
@@ -669,6 +794,8 @@ fn router(state: AppState) -> Router {
         .route("/v1/execute", post(execute))
         .route("/v1/sessions", get(list_sessions))
         .route("/v1/sessions/{id}", delete(kill_session))
+        .route("/v1/approvals", get(list_approvals))
+        .route("/v1/approvals/{id}", post(decide_approval))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi_json))
@@ -785,6 +912,7 @@ pub async fn serve(
                 hosts: Arc::new(hosts),
                 unix: false,
                 metrics,
+                approvals: Arc::new(PendingApprovals::new()),
             };
             eprintln!("sandpit: listening on http://{local}");
             run(listener, router(state)).await
@@ -823,6 +951,7 @@ async fn serve_unix(
         hosts: Arc::new(loopback_hosts(None)),
         unix: true,
         metrics,
+        approvals: Arc::new(PendingApprovals::new()),
     };
     eprintln!("sandpit: listening on unix:{}", path.display());
     let outcome = run(listener, router(state)).await;

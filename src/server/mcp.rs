@@ -5,14 +5,15 @@
 //! [`ExecRequest`]. stdout carries only the protocol; logs go to stderr. MCP over stdio has one
 //! client, so every call runs as the user `default`.
 
-use crate::session::manager::SessionManager;
+use crate::pipeline::approval::{ApprovalRequest, Approver, Decision};
+use crate::session::manager::{SessionManager, Via};
 use crate::types::{ExecRequest, ExecResult, Status};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomRequest,
     CustomResult, ErrorCode, Implementation, JsonObject, ListToolsResult, PaginatedRequestParams,
     ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{ElicitationMode, Peer, RequestContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -89,11 +90,11 @@ impl ServerHandler for SandpitMcp {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let args = request.arguments.unwrap_or_default();
         let result = match request.name.as_ref() {
-            "execute_code" => self.execute_code(args).await,
+            "execute_code" => self.execute_code(args, context.peer.clone()).await,
             "list_sessions" => self.list_sessions(args).await,
             "kill_session" => self.kill_session(args).await,
             other => {
@@ -124,14 +125,83 @@ impl ServerHandler for SandpitMcp {
     }
 }
 
+/// Approval over MCP: an elicitation request (form mode) to the client, showing the code. Accept
+/// approves (with `trust_session` checked, the session is trusted from then on); decline or
+/// cancel denies. A client that did not declare the elicitation capability cannot be asked, and
+/// the execution is denied with a message saying so.
+struct ElicitingApprover {
+    peer: Peer<RoleServer>,
+}
+
+impl Approver for ElicitingApprover {
+    fn decide(&self, request: ApprovalRequest) -> futures_util::future::BoxFuture<'_, Decision> {
+        Box::pin(async move {
+            if !self
+                .peer
+                .supported_elicitation_modes()
+                .contains(&ElicitationMode::Form)
+            {
+                return Decision::Deny(
+                    "approval is required, but this MCP client did not declare the elicitation capability, so no one can be asked".into(),
+                );
+            }
+            let mut properties = std::collections::BTreeMap::new();
+            properties.insert(
+                "trust_session".to_string(),
+                rmcp::model::PrimitiveSchemaDefinition::Boolean(
+                    rmcp::model::BooleanSchema::new()
+                        .description("Also approve later executions in this session without asking")
+                        .with_default(false),
+                ),
+            );
+            let params = rmcp::model::ElicitRequestParams::FormElicitationParams {
+                meta: None,
+                message: request.prompt_text(),
+                requested_schema: rmcp::model::ElicitationSchema::new(properties),
+            };
+            match self.peer.create_elicitation(params).await {
+                Ok(r) => decision_from_elicitation(r.action, r.content.as_ref()),
+                Err(e) => Decision::Deny(format!("the approval request to the client failed: {e}")),
+            }
+        })
+    }
+}
+
+fn decision_from_elicitation(
+    action: rmcp::model::ElicitationAction,
+    content: Option<&Value>,
+) -> Decision {
+    use rmcp::model::ElicitationAction;
+    match action {
+        ElicitationAction::Accept => {
+            if content
+                .and_then(|c| c.get("trust_session"))
+                .and_then(Value::as_bool)
+                == Some(true)
+            {
+                Decision::ApproveAndTrustSession
+            } else {
+                Decision::Approve
+            }
+        }
+        ElicitationAction::Decline => Decision::Deny("declined by the user".into()),
+        ElicitationAction::Cancel => Decision::Deny("cancelled by the user".into()),
+        _ => Decision::Deny("the client answered with an action sandpit does not know".into()),
+    }
+}
+
 impl SandpitMcp {
-    async fn execute_code(&self, args: JsonObject) -> CallToolResult {
+    async fn execute_code(&self, args: JsonObject, peer: Peer<RoleServer>) -> CallToolResult {
         let req = match exec_request(args) {
             Ok(req) => req,
             Err(message) => return invalid_arguments("execute_code", &message),
         };
         tracing::debug!(language = %req.language, session = ?req.session_id, "execute_code");
-        let result = self.manager.execute(req, None).await;
+        let via = Via {
+            interface: "mcp",
+            approver: Some(Arc::new(ElicitingApprover { peer })),
+        };
+        let result = self.manager.execute_via(req, None, via).await;
         let text = render_result(&result);
         let structured = match serde_json::to_value(&result) {
             Ok(v) => v,

@@ -6,6 +6,8 @@
 use super::{OutputEvent, Session, SessionConfig};
 use crate::backend::{self, Backend, BackendChoice};
 use crate::error::{Error, Result};
+use crate::pipeline::approval::Approver;
+use crate::pipeline::gate::{Admission, Caller, Pipeline};
 use crate::policy::Policy;
 use crate::types::{ExecRequest, ExecResult, Language};
 use serde::Serialize;
@@ -58,12 +60,32 @@ struct Entry {
     created_at: SystemTime,
     last_used: std::sync::Mutex<(Instant, SystemTime)>,
     busy: std::sync::atomic::AtomicBool,
+    /// A person chose "approve and trust this session": no more approval prompts for it.
+    trusted: std::sync::atomic::AtomicBool,
     session: Mutex<Option<Session>>,
+}
+
+/// Which interface a request came through, and how it can ask a person for approval.
+#[derive(Clone)]
+pub struct Via {
+    /// `mcp`, `http`, `library` (recorded in the audit trail).
+    pub interface: &'static str,
+    pub approver: Option<Arc<dyn Approver>>,
+}
+
+impl Via {
+    pub fn library() -> Via {
+        Via {
+            interface: "library",
+            approver: None,
+        }
+    }
 }
 
 /// The shared session service.
 pub struct SessionManager {
     policy: Policy,
+    pipeline: Arc<Pipeline>,
     backend: Arc<dyn Backend>,
     config: ManagerConfig,
     sessions: Mutex<HashMap<String, Arc<Entry>>>,
@@ -79,17 +101,31 @@ impl SessionManager {
         config: ManagerConfig,
     ) -> Result<Arc<SessionManager>> {
         let backend = backend::select(choice, &policy, &backend::helper_path()?).await?;
-        Ok(Self::with_backend(policy, backend, config))
+        let pipeline = Arc::new(Pipeline::from_policy(&policy)?);
+        Ok(Self::with_parts(policy, backend, pipeline, config))
     }
 
-    /// A manager over an already constructed backend (tests, embedding).
+    /// A manager over an already constructed backend (tests, embedding), with the pipeline
+    /// the policy describes.
     pub fn with_backend(
         policy: Policy,
         backend: Arc<dyn Backend>,
         config: ManagerConfig,
+    ) -> Result<Arc<SessionManager>> {
+        let pipeline = Arc::new(Pipeline::from_policy(&policy)?);
+        Ok(Self::with_parts(policy, backend, pipeline, config))
+    }
+
+    /// A manager over an already constructed backend and pipeline.
+    pub fn with_parts(
+        policy: Policy,
+        backend: Arc<dyn Backend>,
+        pipeline: Arc<Pipeline>,
+        config: ManagerConfig,
     ) -> Arc<SessionManager> {
         let m = Arc::new(SessionManager {
             policy,
+            pipeline,
             backend,
             slots: Semaphore::new(config.max_concurrent),
             config,
@@ -116,6 +152,10 @@ impl SessionManager {
         &self.policy
     }
 
+    pub fn pipeline(&self) -> &Arc<Pipeline> {
+        &self.pipeline
+    }
+
     /// Executions waiting for a slot now.
     pub fn queue_len(&self) -> usize {
         self.waiting.load(Ordering::Relaxed)
@@ -126,29 +166,73 @@ impl SessionManager {
         self.sessions.lock().await.len()
     }
 
-    /// Runs a request. Every failure is a result with `error` (never a transport error), so each
-    /// interface reports it the same way.
+    /// Runs a request through the library interface (no approver: under `approval` `ask`
+    /// it is denied). See [`SessionManager::execute_via`].
     pub async fn execute(
         &self,
         req: ExecRequest,
         output: Option<mpsc::UnboundedSender<OutputEvent>>,
     ) -> ExecResult {
-        let language = req.language;
-        match self.execute_inner(req, output).await {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::info!(code = ?e.code(), error = %e, "execution refused or failed");
-                ExecResult::from_error(language, self.backend_name(), &e)
-            }
-        }
+        self.execute_via(req, output, Via::library()).await
     }
 
-    async fn execute_inner(
+    /// Runs a request: validation, the analyzer and approval (`pipeline`), a slot in the
+    /// queue, the session, then redaction and the audit record. Every failure is a result with
+    /// `error` (never a transport error), so each interface reports it the same way.
+    pub async fn execute_via(
         &self,
         req: ExecRequest,
         output: Option<mpsc::UnboundedSender<OutputEvent>>,
-    ) -> Result<ExecResult> {
-        self.policy.validate(&req)?;
+        via: Via,
+    ) -> ExecResult {
+        let trusted = match &req.session_id {
+            Some(id) => self
+                .sessions
+                .lock()
+                .await
+                .get(id)
+                .is_some_and(|e| e.user == req.user && e.trusted.load(Ordering::SeqCst)),
+            None => false,
+        };
+        let caller = Caller {
+            interface: via.interface,
+            backend: self.backend_name(),
+            session_trusted: trusted,
+            approver: via.approver.as_deref(),
+        };
+        let user = req.user.clone();
+        let fail = |e: Error, admission: &Admission| {
+            tracing::info!(code = ?e.code(), error = %e, "execution refused or failed");
+            let mut r = ExecResult::from_error(req.language, self.backend_name(), &e);
+            r.session_id = req.session_id.clone();
+            self.pipeline.failed(&req, &user, caller, admission, &mut r);
+            r
+        };
+        if let Err(e) = self.validate(&req) {
+            return fail(e, &Admission::default());
+        }
+        let admission = match self.pipeline.admit(&req, &user, caller).await {
+            Ok(a) => a,
+            Err(e) => {
+                // Already audited by the pipeline.
+                let mut r = ExecResult::from_error(req.language, self.backend_name(), &e);
+                r.session_id = req.session_id.clone();
+                self.pipeline.redact_result(&mut r);
+                return r;
+            }
+        };
+        match self.execute_inner(&req, output, &admission).await {
+            Ok(mut r) => {
+                self.pipeline
+                    .finish(&req, &user, caller, &admission, &mut r);
+                r
+            }
+            Err(e) => fail(e, &admission),
+        }
+    }
+
+    fn validate(&self, req: &ExecRequest) -> Result<()> {
+        self.policy.validate(req)?;
         if let Some(id) = &req.session_id {
             if id.is_empty()
                 || id.len() > 128
@@ -159,6 +243,15 @@ impl SessionManager {
                 return Err(Error::InvalidRequest(format!("session_id {id:?} must be 1-128 characters of letters, digits, '-', '_' or '.'")));
             }
         }
+        Ok(())
+    }
+
+    async fn execute_inner(
+        &self,
+        req: &ExecRequest,
+        output: Option<mpsc::UnboundedSender<OutputEvent>>,
+        admission: &Admission,
+    ) -> Result<ExecResult> {
         // A slot, or a place in the bounded queue.
         let permit = match self.slots.try_acquire() {
             Ok(p) => p,
@@ -174,24 +267,30 @@ impl SessionManager {
         };
         let Some(id) = req.session_id.clone() else {
             // One-shot: a fresh sandbox, gone afterwards.
-            let config = SessionConfig::for_request(&self.policy, &req);
+            let config = SessionConfig::for_request(&self.policy, req);
             let mut s = Session::start(&self.policy, self.backend.clone(), config).await?;
-            let r = s.run_request(&req, output).await;
+            s.set_redactor(self.pipeline.redactor().clone());
+            let r = s.run_request(req, output).await;
             s.kill().await;
             drop(permit);
             return r;
         };
-        let entry = self.entry_for(&id, &req).await?;
+        let entry = self.entry_for(&id, req).await?;
+        if admission.trust_session {
+            entry.trusted.store(true, Ordering::SeqCst);
+        }
         let mut guard = entry.session.lock().await;
         entry.busy.store(true, Ordering::SeqCst);
         let result = async {
             if guard.is_none() {
-                let mut config = SessionConfig::for_request(&self.policy, &req);
+                let mut config = SessionConfig::for_request(&self.policy, req);
                 config.session_id = Some(id.clone());
-                *guard = Some(Session::start(&self.policy, self.backend.clone(), config).await?);
+                let mut s = Session::start(&self.policy, self.backend.clone(), config).await?;
+                s.set_redactor(self.pipeline.redactor().clone());
+                *guard = Some(s);
             }
             match guard.as_mut() {
-                Some(s) => s.run_request(&req, output).await,
+                Some(s) => s.run_request(req, output).await,
                 None => Err(Error::sandbox("session vanished")),
             }
         }
@@ -230,6 +329,7 @@ impl SessionManager {
             created_at: SystemTime::now(),
             last_used: std::sync::Mutex::new((Instant::now(), SystemTime::now())),
             busy: std::sync::atomic::AtomicBool::new(false),
+            trusted: std::sync::atomic::AtomicBool::new(false),
             session: Mutex::new(None),
         });
         sessions.insert(id.to_string(), e.clone());

@@ -16,6 +16,7 @@ pub mod packages;
 use crate::backend::{Backend, ExitInfo, LaunchSpec, Reader, SandboxControl, Writer};
 use crate::error::{Error, Result};
 use crate::pipeline::output::{BoundedCapture, MarkerScanner};
+use crate::pipeline::redact::{Redactor, StreamRedactor};
 use crate::pipeline::wrapper::{self, CellResponse, CellStatus};
 use crate::policy::{Limits, Policy};
 use crate::types::{ExecRequest, ExecResult, Language, Status};
@@ -30,6 +31,8 @@ use tokio::sync::mpsc;
 pub const INTERRUPT_GRACE: Duration = Duration::from_millis(1500);
 /// How long a new interpreter has to say it is ready.
 pub const START_TIMEOUT: Duration = Duration::from_secs(20);
+/// How often live output held back by redaction is re-examined.
+const IDLE_FLUSH: Duration = Duration::from_millis(100);
 /// After the response, how long the end markers may lag behind on the output streams.
 const MARKER_GRACE: Duration = Duration::from_millis(500);
 /// The largest response line (mostly the `result` value) read from a driver.
@@ -127,6 +130,8 @@ pub struct Session {
     policy: Policy,
     /// Packages installed into the current sandbox's workspace (cleared when it is replaced).
     installed: std::collections::BTreeSet<String>,
+    /// Masks secrets in the output streams as they stream (disabled unless set).
+    redactor: Arc<Redactor>,
 }
 
 /// Reads a chunked stream into a bounded channel, so the child never blocks on a full pipe
@@ -238,9 +243,15 @@ impl Session {
             lost_state: false,
             policy: policy.clone(),
             installed: Default::default(),
+            redactor: Arc::new(Redactor::disabled()),
         };
         s.ensure_running().await?;
         Ok(s)
+    }
+
+    /// Redacts this session's output streams from now on.
+    pub fn set_redactor(&mut self, redactor: Arc<Redactor>) {
+        self.redactor = redactor;
     }
 
     pub fn id(&self) -> &str {
@@ -516,8 +527,20 @@ impl Session {
             marker.clone(),
             limit,
             opts.output.clone(),
+            &self.redactor,
         );
-        let mut err = StreamState::new(StreamKind::Stderr, marker, limit, opts.output.clone());
+        let mut err = StreamState::new(
+            StreamKind::Stderr,
+            marker,
+            limit,
+            opts.output.clone(),
+            &self.redactor,
+        );
+        // With live output and redaction, what redaction holds back (the end of a line that
+        // could still become a secret) is released after a quiet moment.
+        let idle_flush = opts.output.is_some() && self.redactor.is_enabled();
+        let mut idle_tick = tokio::time::interval(IDLE_FLUSH);
+        idle_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut response: Option<CellResponse> = None;
         let mut warnings = Vec::new();
         let mut died = sent.is_err();
@@ -558,6 +581,10 @@ impl Session {
                 }
                 chunk = run.stdout.recv(), if !out.done() => out.take(chunk),
                 chunk = run.stderr.recv(), if !err.done() => err.take(chunk),
+                _ = idle_tick.tick(), if idle_flush => {
+                    out.idle();
+                    err.idle();
+                }
                 _ = async { match &cancel { Some(c) => c.notified().await, None => std::future::pending().await } }, if interrupted_at.is_none() => {
                     user_interrupted = true;
                     interrupted_at = Some(Instant::now());
@@ -609,6 +636,8 @@ impl Session {
             tracing::info!(session = %self.id, exit = ?exit_info, "session ended during a cell");
         }
 
+        out.sink.finish();
+        err.sink.finish();
         let mut result = ExecResult {
             status: Status::Ok,
             stdout: String::new(),
@@ -618,7 +647,7 @@ impl Session {
             exception: None,
             error: None,
             timed_out,
-            truncated: out.capture.truncated() || err.capture.truncated(),
+            truncated: out.sink.capture.truncated() || err.sink.capture.truncated(),
             session_id: Some(self.id.clone()),
             session_restarted: was_lost || died,
             backend: self.backend_name().to_string(),
@@ -634,14 +663,14 @@ impl Session {
             );
         }
         for s in [&out, &err] {
-            if s.capture.truncated() {
+            if s.sink.capture.truncated() {
                 result.warnings.push(format!(
                     "{} truncated: {} bytes dropped (limit {limit} bytes; head and tail kept)",
-                    match s.kind {
+                    match s.sink.kind {
                         StreamKind::Stdout => "stdout",
                         StreamKind::Stderr => "stderr",
                     },
-                    s.capture.dropped()
+                    s.sink.capture.dropped()
                 ));
             }
         }
@@ -694,8 +723,8 @@ impl Session {
             }
         }
         self.last_used = Instant::now();
-        result.stdout = out.capture.finish();
-        result.stderr = err.capture.finish();
+        result.stdout = out.finish();
+        result.stderr = err.finish();
         tracing::info!(
             session = %self.id, language = %language, backend = %result.backend,
             status = ?result.status, duration_ms = result.duration_ms, "execution"
@@ -704,14 +733,22 @@ impl Session {
     }
 }
 
-/// One output stream of a running cell: marker detection, the bounded capture, live output.
+/// One output stream of a running cell: marker detection, then redaction, then the bounded
+/// capture and live output (so no limit cuts a secret in half before it is masked).
 struct StreamState {
-    kind: StreamKind,
     scanner: MarkerScanner,
+    sink: Sink,
+    closed: bool,
+}
+
+/// Where a stream's bytes go once the marker scanner has passed them.
+struct Sink {
+    kind: StreamKind,
     capture: BoundedCapture,
     live: Option<mpsc::UnboundedSender<OutputEvent>>,
     live_budget: usize,
-    closed: bool,
+    /// `None` when redaction is off, or once the stream has ended.
+    redact: Option<StreamRedactor>,
 }
 
 impl StreamState {
@@ -720,13 +757,17 @@ impl StreamState {
         marker: Vec<u8>,
         limit: usize,
         live: Option<mpsc::UnboundedSender<OutputEvent>>,
+        redactor: &Arc<Redactor>,
     ) -> Self {
         StreamState {
-            kind,
             scanner: MarkerScanner::new(marker),
-            capture: BoundedCapture::new(limit),
-            live,
-            live_budget: limit,
+            sink: Sink {
+                kind,
+                capture: BoundedCapture::new(limit),
+                live,
+                live_budget: limit,
+                redact: redactor.is_enabled().then(|| redactor.stream()),
+            },
             closed: false,
         }
     }
@@ -738,45 +779,63 @@ impl StreamState {
     fn take(&mut self, chunk: Option<Vec<u8>>) {
         let Some(chunk) = chunk else {
             self.closed = true;
-            let (cap, live, budget, kind) = (
-                &mut self.capture,
-                &self.live,
-                &mut self.live_budget,
-                self.kind,
-            );
-            self.scanner.flush(|b| emit(cap, live, budget, kind, b));
+            self.scanner.flush(|b| self.sink.accept(b));
+            self.sink.finish();
             return;
         };
-        let (cap, live, budget, kind) = (
-            &mut self.capture,
-            &self.live,
-            &mut self.live_budget,
-            self.kind,
-        );
-        self.scanner
-            .feed(&chunk, |b| emit(cap, live, budget, kind, b));
+        self.scanner.feed(&chunk, |b| self.sink.accept(b));
+        if self.scanner.found() {
+            self.sink.finish();
+        }
+    }
+
+    /// The stream has been quiet: release what redaction held back and is safe to show.
+    fn idle(&mut self) {
+        if let Some(r) = self.sink.redact.as_mut() {
+            let out = r.flush_idle();
+            self.sink.emit(&out);
+        }
+    }
+
+    /// The text captured, once the stream is over (whatever redaction still held, released).
+    fn finish(&mut self) -> String {
+        self.sink.finish();
+        std::mem::replace(&mut self.sink.capture, BoundedCapture::new(0)).finish()
     }
 }
 
-fn emit(
-    cap: &mut BoundedCapture,
-    live: &Option<mpsc::UnboundedSender<OutputEvent>>,
-    budget: &mut usize,
-    kind: StreamKind,
-    b: &[u8],
-) {
-    if b.is_empty() {
-        return;
+impl Sink {
+    fn accept(&mut self, b: &[u8]) {
+        match self.redact.as_mut() {
+            Some(r) => {
+                let out = r.push(b);
+                self.emit(&out);
+            }
+            None => self.emit(b),
+        }
     }
-    cap.push(b);
-    if let Some(tx) = live {
-        let n = b.len().min(*budget);
-        if n > 0 {
-            *budget -= n;
-            let _ = tx.send(OutputEvent {
-                stream: kind,
-                data: b[..n].to_vec(),
-            });
+
+    fn finish(&mut self) {
+        if let Some(mut r) = self.redact.take() {
+            let out = r.finish();
+            self.emit(&out);
+        }
+    }
+
+    fn emit(&mut self, b: &[u8]) {
+        if b.is_empty() {
+            return;
+        }
+        self.capture.push(b);
+        if let Some(tx) = &self.live {
+            let n = b.len().min(self.live_budget);
+            if n > 0 {
+                self.live_budget -= n;
+                let _ = tx.send(OutputEvent {
+                    stream: self.kind,
+                    data: b[..n].to_vec(),
+                });
+            }
         }
     }
 }

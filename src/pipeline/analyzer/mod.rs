@@ -1,16 +1,261 @@
-//! The pre-execution analyzer (work in progress).
+//! The pre-execution analyzer: per-language rules matched on a tree-sitter syntax tree, so a
+//! pattern inside a string literal or a comment does not count, while the obvious aliasing
+//! (`import os as o`, `from subprocess import run`, `getattr(os, 'system')`, `require` of a
+//! module through a variable, `sudo rm`, `bash -c '...'`) still does.
+//!
+//! It is defence in depth, not the security boundary (the sandbox is): it catches the usual
+//! dangerous calls written plainly or with the usual aliasing, not a determined adversary.
+//! The rules are data (`profiles/analyzer/<language>.toml`); what each matcher means and the
+//! limits are in `docs/analyzer.md`.
+//!
+//! - [`Analyzer::analyze`] lists the findings of a piece of code;
+//! - [`Analyzer::screen`] applies a [`Mode`]: what blocks, what becomes a warning;
+//! - [`validate_package_name`] checks a package name before it reaches pip or npm.
 
-/// Placeholder until the analyzer lands: the package-name rule of the issue.
-pub fn validate_package_name(name: &str) -> Result<(), String> {
-    let ok = !name.is_empty()
-        && name.len() <= 100
-        && !name.starts_with('-')
-        && regex::Regex::new(r"^[a-zA-Z0-9_-]+([=<>]{1,2}[a-zA-Z0-9._-]+)?$")
-            .map(|r| r.is_match(name))
-            .unwrap_or(false);
-    if ok {
-        Ok(())
-    } else {
-        Err(format!("invalid package name {name:?}"))
+mod bash;
+mod javascript;
+mod packages;
+mod python;
+mod rules;
+mod syntax;
+#[cfg(test)]
+mod tests;
+
+pub use packages::validate_package_name;
+pub use rules::{Examples, Rule};
+
+use crate::types::Language;
+use serde::{Deserialize, Serialize};
+
+/// How the analyzer's findings are applied, per language or for all at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// A block rule that matches stops the code; warn rules become warnings.
+    Block,
+    /// Every finding becomes a warning; the code runs.
+    Warn,
+    /// The code is not analyzed.
+    Off,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Block => "block",
+            Mode::Warn => "warn",
+            Mode::Off => "off",
+        }
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "block" => Ok(Mode::Block),
+            "warn" => Ok(Mode::Warn),
+            "off" => Ok(Mode::Off),
+            _ => Err(format!(
+                "unknown analyzer mode {s:?}; expected block, warn or off"
+            )),
+        }
+    }
+}
+
+/// What a rule asks for when it matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    Block,
+    Warn,
+}
+
+/// One rule matching at one line.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Finding {
+    /// The rule id, e.g. `python.os-system`.
+    pub rule: String,
+    /// What the rule asks for.
+    pub action: Action,
+    /// 1-based line in the submitted code.
+    pub line: usize,
+    /// Human text, e.g. `os.system() runs a shell command`.
+    pub message: String,
+}
+
+impl Finding {
+    /// The message for `error.message` when blocked, naming rule and line.
+    pub fn block_message(&self) -> String {
+        format!(
+            "blocked by analyzer rule {} at line {}: {}",
+            self.rule, self.line, self.message
+        )
+    }
+
+    /// The line for `ExecResult.warnings`.
+    fn warning(&self) -> String {
+        match self.action {
+            Action::Warn => format!("analyzer: line {}: {} (rule {})", self.line, self.message, self.rule),
+            Action::Block => format!(
+                "analyzer (would block): line {}: {} (rule {}; runs because the analyzer mode is warn)",
+                self.line, self.message, self.rule
+            ),
+        }
+    }
+}
+
+/// What to do with a piece of code under a mode.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Screening {
+    /// The first blocking finding (only in [`Mode::Block`]); `None` = may run.
+    pub blocked: Option<Finding>,
+    /// One line per non-blocking finding, for `ExecResult.warnings`. In [`Mode::Warn`],
+    /// block-rule findings appear here too, prefixed `analyzer (would block):`.
+    pub warnings: Vec<String>,
+    /// Every finding (for the audit trail).
+    pub findings: Vec<Finding>,
+}
+
+/// An invalid rules file.
+#[derive(Debug, thiserror::Error)]
+pub enum AnalyzerError {
+    #[error("analyzer rules {file}: invalid toml: {source}")]
+    Toml {
+        file: String,
+        #[source]
+        source: toml::de::Error,
+    },
+    #[error("analyzer rules {file}: rule {rule}: {message}")]
+    Rule {
+        file: String,
+        rule: String,
+        message: String,
+    },
+}
+
+const BUILTIN_PYTHON: &str = include_str!("../../../profiles/analyzer/python.toml");
+const BUILTIN_JAVASCRIPT: &str = include_str!("../../../profiles/analyzer/javascript.toml");
+const BUILTIN_BASH: &str = include_str!("../../../profiles/analyzer/bash.toml");
+
+/// The rules of the three languages. Immutable once built: `Send + Sync`, share it in an `Arc`.
+#[derive(Debug, Clone)]
+pub struct Analyzer {
+    python: Vec<Rule>,
+    javascript: Vec<Rule>,
+    bash: Vec<Rule>,
+}
+
+impl Analyzer {
+    /// The built-in profile: `profiles/analyzer/{python,javascript,bash}.toml`, embedded.
+    pub fn builtin() -> Result<Analyzer, AnalyzerError> {
+        Ok(Analyzer {
+            python: rules::load(
+                Language::Python,
+                "profiles/analyzer/python.toml",
+                BUILTIN_PYTHON,
+            )?,
+            javascript: rules::load(
+                Language::Javascript,
+                "profiles/analyzer/javascript.toml",
+                BUILTIN_JAVASCRIPT,
+            )?,
+            bash: rules::load(Language::Bash, "profiles/analyzer/bash.toml", BUILTIN_BASH)?,
+        })
+    }
+
+    /// Rules from TOML text, one text per language.
+    pub fn with_rules(
+        python: &str,
+        javascript: &str,
+        bash: &str,
+    ) -> Result<Analyzer, AnalyzerError> {
+        Ok(Analyzer {
+            python: rules::load(Language::Python, "(python rules)", python)?,
+            javascript: rules::load(Language::Javascript, "(javascript rules)", javascript)?,
+            bash: rules::load(Language::Bash, "(bash rules)", bash)?,
+        })
+    }
+
+    /// Every finding for `code`, in line order, one per rule and line.
+    pub fn analyze(&self, language: Language, code: &str) -> Vec<Finding> {
+        let rules = self.rules(language);
+        if rules.is_empty() {
+            return Vec::new();
+        }
+        let mut ctx = syntax::Ctx::new(rules, code.len());
+        match language {
+            Language::Python => python::analyze(&mut ctx, code),
+            Language::Javascript => javascript::analyze(&mut ctx, code),
+            Language::Bash => bash::analyze(&mut ctx, code),
+        }
+        ctx.finish()
+    }
+
+    /// [`analyze`](Self::analyze) and apply `mode`. [`Mode::Off`] returns an empty
+    /// screening without parsing.
+    pub fn screen(&self, language: Language, code: &str, mode: Mode) -> Screening {
+        if mode == Mode::Off {
+            return Screening::default();
+        }
+        let findings = self.analyze(language, code);
+        let mut screening = Screening::default();
+        for finding in &findings {
+            match (mode, finding.action) {
+                (Mode::Block, Action::Block) => {
+                    if screening.blocked.is_none() {
+                        screening.blocked = Some(finding.clone());
+                    }
+                }
+                _ => screening.warnings.push(finding.warning()),
+            }
+        }
+        screening.findings = findings;
+        screening
+    }
+
+    /// Every rule of a language with its examples.
+    pub fn rules(&self, language: Language) -> &[Rule] {
+        match language {
+            Language::Python => &self.python,
+            Language::Javascript => &self.javascript,
+            Language::Bash => &self.bash,
+        }
+    }
+
+    /// Checks every rule's examples (each `match` example yields a finding of that rule, no
+    /// `no_match` example does); one line per failure, empty when all hold. For the tests and
+    /// `sandpit doctor`.
+    pub fn check_examples(&self) -> Vec<String> {
+        let mut failures = Vec::new();
+        for language in Language::ALL {
+            for rule in self.rules(language) {
+                for example in &rule.examples.matches {
+                    if !self
+                        .analyze(language, example)
+                        .iter()
+                        .any(|f| f.rule == rule.id)
+                    {
+                        failures.push(format!("{}: should match: {example:?}", rule.id));
+                    }
+                }
+                for example in &rule.examples.no_match {
+                    if self
+                        .analyze(language, example)
+                        .iter()
+                        .any(|f| f.rule == rule.id)
+                    {
+                        failures.push(format!("{}: should not match: {example:?}", rule.id));
+                    }
+                }
+            }
+        }
+        failures
     }
 }

@@ -1,0 +1,855 @@
+//! Python: calls matched on the resolved qualified name of their callee.
+//!
+//! A flow-insensitive symbol table over the whole file (one scope: bindings inside functions
+//! count everywhere) maps names to what they may refer to:
+//! - `import os`, `import os.path` (binds `os`), `import os as o`, `import os.path as p`;
+//! - `from subprocess import run [as r]`, `from os import *` (a bare unbound name `system`
+//!   may then be `os.system`);
+//! - assignments `x = os`, `s = os.system`, `a, b = os, sys`, `(x := os)`, chained `a = b = os`.
+//!
+//! Expressions resolve through attributes, `getattr(x, 'name')`, `__import__('os')`,
+//! `importlib.import_module('os')`, `x['name']` (for `sys.modules['os']`, `os.__dict__[...]`,
+//! `vars(os)[...]`), `functools.partial(f, ...)`, conditional and boolean expressions, with
+//! constant strings folded (`'sys' + 'tem'`, a name bound once to a constant).
+//! Names are normalised: `builtins.`/`__builtins__.` dropped, `.__dict__` dropped,
+//! `sys.modules.X` → `X`, `posix`/`nt` → `os`, `.__call__` dropped.
+//!
+//! A name always also resolves to itself (and, after `from M import *`, to `M.name`): the
+//! table is flow-insensitive, so a binding may not be in effect where the name is used
+//! (`if False: exec = print`, `del exec`, a local of another function). Rebinding a name
+//! therefore never hides what it means unbound; `exec = print; exec(input())` is a false
+//! positive this accepts.
+
+use super::rules::{any_glob, ArgSpec, Matcher, PythonMatcher};
+use super::syntax::{
+    self, append, hex_char, named_children, text, Ctx, Lines, Preorder, Relevance, ScanBudget,
+    CONST_BUDGET, MAX_NAME_HOPS, MAX_NESTING, MAX_PASSES,
+};
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use tree_sitter::Node;
+
+/// Names that run a string as Python code: a constant first argument is analyzed too.
+const EVAL_LIKE: &[&str] = &["exec", "eval", "compile"];
+
+/// Names whose attributes or calls the resolver interprets (besides the rules' names).
+const SPECIAL_NAMES: &[&str] = &[
+    "builtins",
+    "__builtins__",
+    "__builtin__",
+    "sys",
+    "posix",
+    "nt",
+    "importlib",
+    "functools",
+    "getattr",
+    "vars",
+    "__import__",
+    "exec",
+    "eval",
+    "compile",
+];
+
+/// The names worth tracking for these rules.
+fn relevance(ctx: &Ctx) -> Relevance {
+    let patterns = ctx.rules.iter().flat_map(|r| match &r.matcher {
+        Matcher::Python(m) => m
+            .calls
+            .iter()
+            .chain(&m.inner_calls)
+            .map(|g| g.0.as_str())
+            .collect(),
+        _ => Vec::new(),
+    });
+    Relevance::new(patterns, SPECIAL_NAMES)
+}
+
+/// Names bound in an enclosing piece of code (for code re-parsed from `exec("...")`).
+type Inherited = HashMap<String, Vec<String>>;
+
+pub(crate) fn analyze(ctx: &mut Ctx, code: &str) {
+    analyze_nested(ctx, code, Lines::Offset(0), &Inherited::new(), 0);
+}
+
+fn analyze_nested(ctx: &mut Ctx, code: &str, lines: Lines, inherited: &Inherited, nesting: usize) {
+    let Some(tree) = syntax::parse(&tree_sitter_python::LANGUAGE.into(), code) else {
+        return;
+    };
+    let root = tree.root_node();
+    let scope = Scope::build(root, code, inherited, relevance(ctx));
+    let mut embedded: Vec<(String, Lines)> = Vec::new();
+    for node in Preorder::new(root) {
+        if node.kind() == "call" {
+            check_call(ctx, &scope, node, lines, &mut embedded);
+        }
+        check_values(ctx, &scope, node, lines);
+    }
+    if nesting >= MAX_NESTING || embedded.is_empty() {
+        return;
+    }
+    let exported = scope.export();
+    ctx.analyze_embedded(embedded, |sub, source| {
+        analyze_nested(sub, source, Lines::Offset(0), &exported, nesting + 1);
+    });
+}
+
+fn check_call<'a>(
+    ctx: &mut Ctx,
+    scope: &Scope<'a>,
+    call: Node<'a>,
+    lines: Lines,
+    embedded: &mut Vec<(String, Lines)>,
+) {
+    let Some(function) = call.child_by_field_name("function") else {
+        return;
+    };
+    let callees = scope.value(function);
+    let args = Args::of(call, scope.code);
+    let line = lines.of(call);
+    let rules = ctx.rules;
+    for (index, rule) in rules.iter().enumerate() {
+        let Matcher::Python(m) = &rule.matcher else {
+            continue;
+        };
+        if !m.methods.is_empty() {
+            if function.kind() == "attribute" {
+                if let Some(attr) = function.child_by_field_name("attribute") {
+                    let name = py_ident(text(attr, scope.code));
+                    if m.methods.contains(&name) {
+                        ctx.report(index, line, &name);
+                    }
+                }
+            }
+            continue;
+        }
+        if let Some(name) = callees.iter().find(|c| any_glob(&m.calls, c)) {
+            if call_matches(scope, m, &args, call) {
+                ctx.report(index, line, name);
+            }
+        }
+    }
+    if callees.iter().any(|c| EVAL_LIKE.contains(&c.as_str())) {
+        if let Some(arg) = args.positional(0) {
+            if let Some(source) = scope.const_str(arg).map(|s| s.to_string()) {
+                let at = if arg.kind() == "string" {
+                    lines.nested(arg.start_position().row)
+                } else {
+                    Lines::Fixed(line)
+                };
+                embedded.push((source, at));
+            }
+        }
+    }
+}
+
+/// The expressions a node holds in value positions: arguments, collection elements, dict
+/// values, assigned, returned and lambda values.
+fn value_children(node: Node) -> Vec<Node> {
+    match node.kind() {
+        "argument_list" | "list" | "tuple" | "set" | "expression_list" | "return_statement" => {
+            named_children(node)
+        }
+        "keyword_argument" | "pair" => node.child_by_field_name("value").into_iter().collect(),
+        "assignment" => node.child_by_field_name("right").into_iter().collect(),
+        "lambda" => node.child_by_field_name("body").into_iter().collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// A matching function referenced as a value counts as called: `map(os.system, cmds)`,
+/// `Thread(target=os.system)`, `f = os.system`, `[os.system]`, `{'f': os.system}`. Only for
+/// `calls` rules without argument constraints (they need the call's arguments).
+fn check_values<'a>(ctx: &mut Ctx, scope: &Scope<'a>, node: Node<'a>, lines: Lines) {
+    let rules = ctx.rules;
+    for value in value_children(node) {
+        if !matches!(
+            value.kind(),
+            "identifier" | "attribute" | "subscript" | "call"
+        ) {
+            continue;
+        }
+        let names = scope.value(value);
+        for (index, rule) in rules.iter().enumerate() {
+            let Matcher::Python(m) = &rule.matcher else {
+                continue;
+            };
+            if m.calls.is_empty() || m.arg.is_some() || !m.inner_calls.is_empty() {
+                continue;
+            }
+            if let Some(name) = names.iter().find(|c| any_glob(&m.calls, c)) {
+                ctx.report(index, lines.of(value), name);
+            }
+        }
+    }
+}
+
+fn call_matches<'a>(scope: &Scope<'a>, m: &PythonMatcher, args: &Args<'a>, call: Node<'a>) -> bool {
+    if let Some(spec) = &m.arg {
+        if !arg_matches(scope, args, spec) {
+            return false;
+        }
+    }
+    if !m.inner_calls.is_empty() {
+        let Some(arguments) = call.child_by_field_name("arguments") else {
+            return false;
+        };
+        if !contains_call(scope, arguments, m) {
+            return false;
+        }
+    }
+    true
+}
+
+fn arg_matches<'a>(scope: &Scope<'a>, args: &Args<'a>, spec: &ArgSpec) -> bool {
+    let node = spec
+        .keyword
+        .as_deref()
+        .and_then(|k| args.keyword(k))
+        .or_else(|| args.positional(spec.position));
+    node.and_then(|n| scope.const_str(n))
+        .is_some_and(|v| spec.accepts(&v))
+}
+
+/// True if the arguments contain a call to one of `m.inner_calls`, directly or through a
+/// name bound to such a call (`x = input(); exec(x)`).
+fn contains_call<'a>(scope: &Scope<'a>, arguments: Node<'a>, m: &PythonMatcher) -> bool {
+    let is_inner = |call: Node<'a>| {
+        call.child_by_field_name("function")
+            .is_some_and(|f| scope.value(f).iter().any(|c| any_glob(&m.inner_calls, c)))
+    };
+    for node in scope.scans.scan(arguments) {
+        match node.kind() {
+            "call" if is_inner(node) => return true,
+            "identifier" => {
+                let name = py_ident(text(node, scope.code));
+                if let Some(bindings) = scope.bindings.get(&name) {
+                    for b in bindings {
+                        if let Binding::Expr(e) = b {
+                            if e.kind() == "call" && is_inner(*e) {
+                                return true;
+                            }
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    false
+}
+
+/// The arguments of a call.
+struct Args<'a> {
+    positional: Vec<Node<'a>>,
+    keywords: Vec<(String, Node<'a>)>,
+    /// Index of the first `*args` among the positional ones (later positions are unknown).
+    splat: Option<usize>,
+}
+
+impl<'a> Args<'a> {
+    fn of(call: Node<'a>, code: &str) -> Args<'a> {
+        let mut args = Args {
+            positional: Vec::new(),
+            keywords: Vec::new(),
+            splat: None,
+        };
+        let Some(list) = call.child_by_field_name("arguments") else {
+            return args;
+        };
+        if list.kind() != "argument_list" {
+            return args;
+        }
+        for child in named_children(list) {
+            match child.kind() {
+                "keyword_argument" => {
+                    if let (Some(name), Some(value)) = (
+                        child.child_by_field_name("name"),
+                        child.child_by_field_name("value"),
+                    ) {
+                        args.keywords.push((py_ident(text(name, code)), value));
+                    }
+                }
+                "list_splat" => {
+                    args.splat.get_or_insert(args.positional.len());
+                }
+                "dictionary_splat" => {}
+                _ => args.positional.push(child),
+            }
+        }
+        args
+    }
+
+    fn positional(&self, index: usize) -> Option<Node<'a>> {
+        if self.splat.is_some_and(|s| s <= index) {
+            return None;
+        }
+        self.positional.get(index).copied()
+    }
+
+    fn keyword(&self, name: &str) -> Option<Node<'a>> {
+        self.keywords
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| *v)
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Binding<'a> {
+    /// `import os as o`: a qualified name.
+    Qualified(String),
+    /// `x = <expr>`.
+    Expr(Node<'a>),
+}
+
+/// Kinds whose value (what they refer to, or their constant string) is computed.
+const VALUE_KINDS: &[&str] = &[
+    "identifier",
+    "attribute",
+    "subscript",
+    "call",
+    "parenthesized_expression",
+    "conditional_expression",
+    "boolean_operator",
+    "named_expression",
+    "string",
+    "concatenated_string",
+    "binary_operator",
+];
+
+/// The symbol table and what every expression resolves to.
+///
+/// Resolution is bottom-up: a post-order pass computes each expression from its children
+/// (already computed) and the current values of the names it uses; a name's value grows as
+/// its bindings' values are computed. Passes repeat until nothing changes (at most
+/// `MAX_PASSES`), so nothing recurses over the tree and every pass is linear.
+struct Scope<'a> {
+    code: &'a str,
+    bindings: HashMap<String, Vec<Binding<'a>>>,
+    /// Expressions bound to names: node id → the names.
+    binding_roots: HashMap<usize, Vec<String>>,
+    /// Modules of `from M import *`.
+    stars: Vec<String>,
+    inherited: &'a Inherited,
+    /// What each name may refer to.
+    names: HashMap<String, Vec<String>>,
+    /// What each expression may refer to (node id → qualified names).
+    values: HashMap<usize, Vec<String>>,
+    /// Constant string expressions (node id → value).
+    consts: HashMap<usize, Rc<str>>,
+    const_budget: Cell<usize>,
+    relevance: Relevance,
+    scans: ScanBudget,
+}
+
+impl<'a> Scope<'a> {
+    fn build(
+        root: Node<'a>,
+        code: &'a str,
+        inherited: &'a Inherited,
+        relevance: Relevance,
+    ) -> Scope<'a> {
+        let mut scope = Scope {
+            code,
+            bindings: HashMap::new(),
+            binding_roots: HashMap::new(),
+            stars: Vec::new(),
+            inherited,
+            names: HashMap::new(),
+            values: HashMap::new(),
+            consts: HashMap::new(),
+            const_budget: Cell::new(CONST_BUDGET),
+            relevance,
+            scans: ScanBudget::new(),
+        };
+        let order: Vec<Node<'a>> = syntax::postorder(root)
+            .into_iter()
+            .filter(|n| VALUE_KINDS.contains(&n.kind()))
+            .collect();
+        for node in Preorder::new(root) {
+            scope.collect(node);
+        }
+        for (name, bindings) in &scope.bindings {
+            for binding in bindings {
+                if let Binding::Expr(e) = binding {
+                    scope
+                        .binding_roots
+                        .entry(e.id())
+                        .or_default()
+                        .push(name.clone());
+                }
+            }
+        }
+        for _ in 0..MAX_PASSES {
+            if !scope.pass(&order) {
+                break;
+            }
+        }
+        scope
+    }
+
+    /// One bottom-up pass; true if anything changed.
+    fn pass(&mut self, order: &[Node<'a>]) -> bool {
+        let mut changed = false;
+        for node in order {
+            let id = node.id();
+            if !self.consts.contains_key(&id) {
+                if let Some(c) = self.eval_const(*node) {
+                    self.consts.insert(id, c);
+                    changed = true;
+                }
+            }
+            let value = self.eval(*node);
+            if value.is_empty() || self.values.get(&id) == Some(&value) {
+                continue;
+            }
+            changed = true;
+            if let Some(targets) = self.binding_roots.get(&id) {
+                for name in targets.clone() {
+                    let mut merged = self.name_value(&name);
+                    merged.extend(value.iter().cloned());
+                    self.names.insert(name, self.relevance.tidy(merged));
+                }
+            }
+            self.values.insert(id, value);
+        }
+        changed
+    }
+
+    fn bind(&mut self, name: Node<'a>, binding: Binding<'a>) {
+        let name = py_ident(text(name, self.code));
+        self.bindings.entry(name).or_default().push(binding);
+    }
+
+    fn collect(&mut self, node: Node<'a>) {
+        match node.kind() {
+            "import_statement" => {
+                for item in syntax::field_children(node, "name") {
+                    match item.kind() {
+                        "dotted_name" => {
+                            if let Some(first) = named_children(item).first() {
+                                let module = py_ident(text(*first, self.code));
+                                self.bind(*first, Binding::Qualified(module));
+                            }
+                        }
+                        "aliased_import" => {
+                            if let (Some(name), Some(alias)) = (
+                                item.child_by_field_name("name"),
+                                item.child_by_field_name("alias"),
+                            ) {
+                                let module = dotted(name, self.code);
+                                self.bind(alias, Binding::Qualified(module));
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            "import_from_statement" => {
+                let module = node
+                    .child_by_field_name("module_name")
+                    .filter(|m| m.kind() == "dotted_name")
+                    .map(|m| dotted(m, self.code));
+                for item in syntax::field_children(node, "name") {
+                    let (name, target) = match item.kind() {
+                        "dotted_name" => (Some(item), Some(item)),
+                        "aliased_import" => (
+                            item.child_by_field_name("name"),
+                            item.child_by_field_name("alias"),
+                        ),
+                        _ => (None, None),
+                    };
+                    if let (Some(name), Some(target)) = (name, target) {
+                        // A relative import (`from . import x`) binds nothing known.
+                        if let Some(m) = &module {
+                            let q = format!("{m}.{}", dotted(name, self.code));
+                            self.bind(target, Binding::Qualified(q));
+                        }
+                    }
+                }
+                if let Some(m) = &module {
+                    if named_children(node)
+                        .iter()
+                        .any(|c| c.kind() == "wildcard_import")
+                    {
+                        self.stars.push(m.clone());
+                    }
+                }
+            }
+            "assignment" => {
+                // In `a = b = os` the inner assignment is visited too; bind its value here.
+                let Some(left) = node.child_by_field_name("left") else {
+                    return;
+                };
+                let mut right = node.child_by_field_name("right");
+                for _ in 0..MAX_NAME_HOPS {
+                    match right {
+                        Some(r) if r.kind() == "assignment" => {
+                            right = r.child_by_field_name("right")
+                        }
+                        _ => break,
+                    }
+                }
+                if let Some(value) = right.filter(|r| r.kind() != "assignment") {
+                    self.bind_target(left, Some(value), 0);
+                }
+            }
+            "named_expression" => {
+                if let (Some(name), Some(value)) = (
+                    node.child_by_field_name("name"),
+                    node.child_by_field_name("value"),
+                ) {
+                    self.bind(name, Binding::Expr(value));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Binds the names of an assignment target to (parts of) `value`.
+    fn bind_target(&mut self, target: Node<'a>, value: Option<Node<'a>>, depth: usize) {
+        if depth > MAX_NAME_HOPS {
+            return;
+        }
+        match target.kind() {
+            "identifier" => {
+                if let Some(value) = value {
+                    self.bind(target, Binding::Expr(value));
+                }
+            }
+            "pattern_list" | "tuple_pattern" | "list_pattern" | "tuple" | "list" => {
+                let targets = named_children(target);
+                let values = value
+                    .filter(|v| matches!(v.kind(), "expression_list" | "tuple" | "list"))
+                    .map(named_children)
+                    .filter(|v| v.len() == targets.len());
+                for (i, t) in targets.iter().enumerate() {
+                    let v = values.as_ref().and_then(|vs| vs.get(i).copied());
+                    self.bind_target(*t, v, depth + 1);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// What the bound names resolve to, for code re-parsed from a string of this code.
+    fn export(&self) -> Inherited {
+        let mut out = self.inherited.clone();
+        for name in self.bindings.keys() {
+            out.insert(name.clone(), self.name_value(name));
+        }
+        out
+    }
+
+    /// What a name may refer to: itself, `M.name` after `from M import *`, what it is bound
+    /// to here or in the enclosing code.
+    fn name_value(&self, name: &str) -> Vec<String> {
+        if let Some(v) = self.names.get(name) {
+            return v.clone();
+        }
+        let mut out = vec![name.to_string()];
+        out.extend(self.stars.iter().map(|m| format!("{m}.{name}")));
+        out.extend(self.inherited.get(name).into_iter().flatten().cloned());
+        for binding in self.bindings.get(name).into_iter().flatten() {
+            if let Binding::Qualified(q) = binding {
+                out.push(q.clone());
+            }
+        }
+        self.relevance
+            .tidy(out.into_iter().map(|q| normalize(&q)).collect())
+    }
+
+    /// The qualified names an expression may refer to (empty: unknown).
+    fn value(&self, node: Node<'a>) -> Vec<String> {
+        self.values.get(&node.id()).cloned().unwrap_or_default()
+    }
+
+    fn child_value(&self, node: Node<'a>, field: &str) -> Vec<String> {
+        node.child_by_field_name(field)
+            .map(|n| self.value(n))
+            .unwrap_or_default()
+    }
+
+    /// An expression's value from its children's and the names' current values.
+    fn eval(&self, node: Node<'a>) -> Vec<String> {
+        let out = match node.kind() {
+            "identifier" => return self.name_value(&py_ident(text(node, self.code))),
+            "attribute" => match node.child_by_field_name("attribute") {
+                Some(attr) => append(
+                    self.child_value(node, "object"),
+                    &py_ident(text(attr, self.code)),
+                ),
+                None => Vec::new(),
+            },
+            "subscript" => match node
+                .child_by_field_name("subscript")
+                .and_then(|k| self.const_str(k))
+            {
+                Some(key) => append(self.child_value(node, "value"), &key),
+                None => Vec::new(),
+            },
+            "call" => self.eval_call(node),
+            "parenthesized_expression" => named_children(node)
+                .first()
+                .map(|n| self.value(*n))
+                .unwrap_or_default(),
+            "conditional_expression" => {
+                let parts = named_children(node);
+                let mut out = parts.first().map(|n| self.value(*n)).unwrap_or_default();
+                out.extend(parts.get(2).map(|n| self.value(*n)).unwrap_or_default());
+                out
+            }
+            "boolean_operator" => {
+                let mut out = self.child_value(node, "left");
+                out.extend(self.child_value(node, "right"));
+                out
+            }
+            "named_expression" => self.child_value(node, "value"),
+            _ => Vec::new(),
+        };
+        self.relevance
+            .tidy(out.into_iter().map(|q| normalize(&q)).collect())
+    }
+
+    fn eval_call(&self, call: Node<'a>) -> Vec<String> {
+        let args = Args::of(call, self.code);
+        let arg_str = |i: usize, kw: &str| {
+            args.keyword(kw)
+                .or_else(|| args.positional(i))
+                .and_then(|a| self.const_str(a))
+        };
+        let mut out = Vec::new();
+        for callee in self.child_value(call, "function") {
+            match callee.as_str() {
+                "getattr" => {
+                    if let (Some(object), Some(name)) = (args.positional(0), args.positional(1)) {
+                        if let Some(name) = self.const_str(name) {
+                            out.extend(append(self.value(object), &name));
+                        }
+                    }
+                }
+                "__import__" => {
+                    if let Some(module) = arg_str(0, "name") {
+                        out.extend(module.split('.').next().map(str::to_string));
+                    }
+                }
+                "importlib.import_module" => out.extend(arg_str(0, "name").map(|m| m.to_string())),
+                "vars" | "functools.partial" => {
+                    if let Some(object) = args.positional(0) {
+                        out.extend(self.value(object));
+                    }
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// The value of a constant string expression: literals (not f-strings with
+    /// interpolations), implicit and `+` concatenation, a name bound once to a constant.
+    fn const_str(&self, node: Node<'a>) -> Option<Rc<str>> {
+        if node.kind() == "identifier" {
+            return self.name_const(&py_ident(text(node, self.code)));
+        }
+        self.consts.get(&node.id()).cloned()
+    }
+
+    /// The constant a name is bound to, when it is bound exactly once (through at most
+    /// `MAX_NAME_HOPS` names bound to names).
+    fn name_const(&self, name: &str) -> Option<Rc<str>> {
+        let mut name = name.to_string();
+        for _ in 0..MAX_NAME_HOPS {
+            let Some([Binding::Expr(e)]) = self.bindings.get(&name).map(Vec::as_slice) else {
+                return None;
+            };
+            if e.kind() != "identifier" {
+                return self.consts.get(&e.id()).cloned();
+            }
+            name = py_ident(text(*e, self.code));
+        }
+        None
+    }
+
+    /// A constant string from the children's constants (`None`: not constant).
+    fn eval_const(&self, node: Node<'a>) -> Option<Rc<str>> {
+        let joined = |parts: Vec<Rc<str>>| {
+            let len: usize = parts.iter().map(|p| p.len()).sum();
+            let left = self.const_budget.get();
+            if len > left {
+                return None;
+            }
+            self.const_budget.set(left - len);
+            Some(Rc::from(parts.concat()))
+        };
+        match node.kind() {
+            "string" => string_value(node, self.code).map(Rc::from),
+            "concatenated_string" => {
+                let parts: Option<Vec<Rc<str>>> = named_children(node)
+                    .into_iter()
+                    .map(|p| self.const_str(p))
+                    .collect();
+                joined(parts?)
+            }
+            "binary_operator" => {
+                if node.child_by_field_name("operator").map(|o| o.kind()) != Some("+") {
+                    return None;
+                }
+                let left = self.const_str(node.child_by_field_name("left")?)?;
+                let right = self.const_str(node.child_by_field_name("right")?)?;
+                joined(vec![left, right])
+            }
+            "parenthesized_expression" => self.const_str(*named_children(node).first()?),
+            _ => None,
+        }
+    }
+}
+
+/// The dotted text of a `dotted_name` (identifiers normalised).
+fn dotted(node: Node, code: &str) -> String {
+    let parts: Vec<String> = named_children(node)
+        .into_iter()
+        .map(|p| py_ident(text(p, code)))
+        .collect();
+    if parts.is_empty() {
+        py_ident(text(node, code))
+    } else {
+        parts.join(".")
+    }
+}
+
+/// Canonical spelling of a qualified name (see the module doc).
+fn normalize(name: &str) -> String {
+    let mut parts: Vec<&str> = name.split('.').filter(|p| *p != "__dict__").collect();
+    loop {
+        match parts.as_slice() {
+            ["builtins" | "__builtins__" | "__builtin__", _, ..] => {
+                parts.remove(0);
+            }
+            ["sys", "modules", _, ..] => {
+                parts.drain(..2);
+            }
+            [.., _, "__call__"] => {
+                parts.pop();
+            }
+            _ => break,
+        }
+    }
+    if let Some(first) = parts.first_mut() {
+        if matches!(*first, "posix" | "nt") {
+            *first = "os";
+        }
+    }
+    let joined = parts.join(".");
+    match joined.as_str() {
+        "importlib.__import__" => "__import__".to_string(),
+        _ => joined,
+    }
+}
+
+/// The value of a string literal; `None` for an f-string with interpolations.
+fn string_value(node: Node, code: &str) -> Option<String> {
+    let mut raw = false;
+    let mut out = String::new();
+    for child in syntax::named_children(node) {
+        match child.kind() {
+            "string_start" => {
+                let prefix = text(child, code).trim_end_matches(['"', '\'']);
+                raw = prefix.contains(['r', 'R']);
+            }
+            "string_content" => {
+                let t = text(child, code);
+                if raw {
+                    out.push_str(t);
+                } else {
+                    out.push_str(&unescape(t));
+                }
+            }
+            "interpolation" => return None,
+            _ => {}
+        }
+    }
+    Some(out)
+}
+
+/// Decodes Python escape sequences (`\n`, `\x41`, `\u0041`, `\101`, line continuations...).
+fn unescape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        let Some(e) = chars.next() else {
+            out.push('\\');
+            break;
+        };
+        match e {
+            '\n' => {}
+            'n' => out.push('\n'),
+            't' => out.push('\t'),
+            'r' => out.push('\r'),
+            'a' => out.push('\u{7}'),
+            'b' => out.push('\u{8}'),
+            'f' => out.push('\u{c}'),
+            'v' => out.push('\u{b}'),
+            '\\' | '\'' | '"' => out.push(e),
+            'x' => out.extend(take_hex(&mut chars, 2)),
+            'u' => out.extend(take_hex(&mut chars, 4)),
+            'U' => out.extend(take_hex(&mut chars, 8)),
+            '0'..='7' => {
+                let mut value = e.to_digit(8).unwrap_or(0);
+                for _ in 0..2 {
+                    match chars.next_if(|c| ('0'..='7').contains(c)) {
+                        Some(d) => value = value * 8 + d.to_digit(8).unwrap_or(0),
+                        None => break,
+                    }
+                }
+                out.extend(char::from_u32(value));
+            }
+            other => {
+                out.push('\\');
+                out.push(other);
+            }
+        }
+    }
+    out
+}
+
+/// Up to `n` hex digits as a code point.
+fn take_hex(chars: &mut std::iter::Peekable<std::str::Chars<'_>>, n: usize) -> Option<char> {
+    let digits: String = (0..n)
+        .map_while(|_| chars.next_if(|c| c.is_ascii_hexdigit()))
+        .collect();
+    hex_char(&digits)
+}
+
+/// Python compares identifiers after NFKC normalisation (`ｏｓ` is `os`). Without a
+/// normalisation table this covers the usual disguises: fullwidth forms, mathematical
+/// alphanumerics and the long s.
+pub(crate) fn py_ident(name: &str) -> String {
+    if name.is_ascii() {
+        return name.to_string();
+    }
+    name.chars()
+        .map(|c| {
+            let u = c as u32;
+            let mapped = match u {
+                0xFF01..=0xFF5E => char::from_u32(u - 0xFEE0),
+                0x1D400..=0x1D6A3 => {
+                    let i = (u - 0x1D400) % 52;
+                    char::from_u32(if i < 26 {
+                        'A' as u32 + i
+                    } else {
+                        'a' as u32 + i - 26
+                    })
+                }
+                0x1D7CE..=0x1D7FF => char::from_u32('0' as u32 + (u - 0x1D7CE) % 10),
+                0x017F => Some('s'),
+                _ => None,
+            };
+            mapped.unwrap_or(c)
+        })
+        .collect()
+}

@@ -1,0 +1,341 @@
+//! The checks around every execution, the same for every backend and every interface:
+//! before it runs, the analyzer (and the package names) and the approval policy; after it ran,
+//! redaction of everything the result carries, then one audit record. Refusals are audited too.
+//!
+//! Output streams are redacted while they stream (the session runs each stream through a
+//! [`StreamRedactor`](super::redact::StreamRedactor) before limits and live output); this
+//! module redacts the rest of the result: `result`, the exception, error messages, warnings
+//! and output files.
+
+use super::analyzer::{Analyzer, Finding, Mode};
+use super::approval::{self, ApprovalRequest, ApprovalSettings, Approver, Decision};
+use super::audit::{sha256_hex, AuditLog, AuditRecord};
+use super::redact::Redactor;
+use crate::error::{Error, Result};
+use crate::policy::Policy;
+use crate::types::{ExecRequest, ExecResult, Language};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// `[analyzer]` in the policy: one mode for every language, optionally overridden per language.
+/// `SANDPIT_ANALYZER` sets every language at once.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AnalyzerSettings {
+    pub mode: Mode,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<Mode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub javascript: Option<Mode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bash: Option<Mode>,
+}
+
+impl AnalyzerSettings {
+    pub fn mode_for(&self, language: Language) -> Mode {
+        match language {
+            Language::Python => self.python,
+            Language::Javascript => self.javascript,
+            Language::Bash => self.bash,
+        }
+        .unwrap_or(self.mode)
+    }
+}
+
+/// Who is asking, through which interface, and how a person can be asked.
+#[derive(Clone, Copy)]
+pub struct Caller<'a> {
+    /// `cli`, `repl`, `mcp`, `http`, `library`.
+    pub interface: &'static str,
+    /// The backend's name, for records of refusals.
+    pub backend: &'a str,
+    /// The session was trusted by an earlier "approve and trust this session".
+    pub session_trusted: bool,
+    pub approver: Option<&'a dyn Approver>,
+}
+
+/// What the checks before the run decided.
+#[derive(Debug, Clone, Default)]
+pub struct Admission {
+    /// Analyzer warnings for the result.
+    pub warnings: Vec<String>,
+    pub findings: Vec<Finding>,
+    /// The approval outcome for the audit trail.
+    pub approval: &'static str,
+    /// The person chose "approve and trust this session".
+    pub trust_session: bool,
+}
+
+/// The shared pipeline of one server (or one CLI run).
+pub struct Pipeline {
+    analyzer: Arc<Analyzer>,
+    modes: AnalyzerSettings,
+    redactor: Arc<Redactor>,
+    approval: ApprovalSettings,
+    audit: Option<AuditLog>,
+}
+
+impl Pipeline {
+    /// Builds the analyzer (the built-in rules), the redactor and the audit log from the policy.
+    pub fn from_policy(policy: &Policy) -> Result<Pipeline> {
+        let analyzer =
+            Analyzer::builtin().map_err(|e| Error::Config(format!("analyzer rules: {e}")))?;
+        let redactor = Arc::new(
+            Redactor::new(&policy.redaction)
+                .map_err(|e| Error::Config(format!("redaction: {e}")))?,
+        );
+        let audit = if policy.audit.enabled {
+            Some(AuditLog::open(
+                &policy.audit,
+                &policy.state_dir(),
+                redactor.clone(),
+            )?)
+        } else {
+            None
+        };
+        Ok(Pipeline {
+            analyzer: Arc::new(analyzer),
+            modes: policy.analyzer.clone(),
+            redactor,
+            approval: policy.approval.clone(),
+            audit,
+        })
+    }
+
+    /// A pipeline that checks nothing and records nothing (tests of the layers below).
+    pub fn disabled() -> Result<Pipeline> {
+        let mut policy = Policy::default();
+        policy.analyzer.mode = Mode::Off;
+        policy.redaction.enabled = false;
+        policy.audit.enabled = false;
+        Self::from_policy(&policy)
+    }
+
+    pub fn redactor(&self) -> &Arc<Redactor> {
+        &self.redactor
+    }
+
+    pub fn analyzer(&self) -> &Arc<Analyzer> {
+        &self.analyzer
+    }
+
+    pub fn approval(&self) -> &ApprovalSettings {
+        &self.approval
+    }
+
+    pub fn audit_path(&self) -> Option<&std::path::Path> {
+        self.audit.as_ref().map(|a| a.path())
+    }
+
+    /// The checks before a run: package names, the analyzer, then approval. `Err` is a refusal
+    /// (`SECURITY_BLOCKED`, `POLICY_DENIED`, `INVALID_REQUEST`), already audited.
+    pub async fn admit(
+        &self,
+        req: &ExecRequest,
+        user: &str,
+        caller: Caller<'_>,
+    ) -> Result<Admission> {
+        let mut admission = Admission {
+            approval: "not_required",
+            ..Default::default()
+        };
+        let checked = self.screen(req, &mut admission);
+        if let Err(e) = checked {
+            self.record_refusal(req, user, caller, &admission, &e);
+            return Err(e);
+        }
+        if caller.session_trusted && self.approval.mode != approval::ApprovalMode::Off {
+            admission.approval = "trusted_session";
+            return Ok(admission);
+        }
+        if !self
+            .approval
+            .required(caller.session_trusted, !admission.findings.is_empty())
+        {
+            return Ok(admission);
+        }
+        let decision = match caller.approver {
+            None => Decision::Deny(format!(
+                "approval mode is {:?} and the {} interface cannot ask anyone; approve through `sandpit repl`, MCP elicitation or the HTTP /v1/approvals resource, or set approval.mode = \"off\"",
+                self.approval.mode, caller.interface
+            ).to_lowercase()),
+            Some(approver) => {
+                let request = ApprovalRequest {
+                    id: crate::pipeline::wrapper::new_nonce()
+                        .map(|n| n[..16].to_string())
+                        .unwrap_or_else(|_| "approval".into()),
+                    user: user.to_string(),
+                    session_id: req.session_id.clone(),
+                    language: req.language,
+                    code: self.redactor.redact_str(&req.code),
+                    findings: admission.warnings.clone(),
+                    created_at: crate::session::manager::rfc3339(SystemTime::now()),
+                };
+                tracing::info!(approval = %request.id, session = ?req.session_id, interface = caller.interface, "waiting for approval");
+                approval::ask(
+                    approver,
+                    request,
+                    Duration::from_millis(self.approval.timeout_ms),
+                )
+                .await
+            }
+        };
+        admission.approval = decision.label();
+        match decision {
+            Decision::Approve => Ok(admission),
+            Decision::ApproveAndTrustSession => {
+                admission.trust_session = req.session_id.is_some();
+                Ok(admission)
+            }
+            Decision::Deny(reason) => {
+                let e = Error::PolicyDenied(format!(
+                    "approval denied: {}",
+                    self.redactor.redact_str(&reason)
+                ));
+                tracing::info!(session = ?req.session_id, reason = %e, "approval denied");
+                self.record_refusal(req, user, caller, &admission, &e);
+                Err(e)
+            }
+        }
+    }
+
+    fn screen(&self, req: &ExecRequest, admission: &mut Admission) -> Result<()> {
+        crate::session::packages::validate(req.language, &req.packages)?;
+        let screening =
+            self.analyzer
+                .screen(req.language, &req.code, self.modes.mode_for(req.language));
+        admission.findings = screening.findings;
+        admission.warnings = screening.warnings;
+        if let Some(f) = screening.blocked {
+            tracing::info!(session = ?req.session_id, rule = %f.rule, line = f.line, "blocked by the analyzer");
+            return Err(Error::SecurityBlocked(f.block_message()));
+        }
+        Ok(())
+    }
+
+    /// After a run: analyzer warnings into the result, every string of it redacted, one audit
+    /// record.
+    pub fn finish(
+        &self,
+        req: &ExecRequest,
+        user: &str,
+        caller: Caller<'_>,
+        admission: &Admission,
+        result: &mut ExecResult,
+    ) {
+        let mut warnings = admission.warnings.clone();
+        warnings.append(&mut result.warnings);
+        result.warnings = warnings;
+        self.redact_result(result);
+        self.record(req, user, caller, admission, result);
+    }
+
+    /// A refusal or failure before or instead of a run, as a result (redacted and audited).
+    pub fn failed(
+        &self,
+        req: &ExecRequest,
+        user: &str,
+        caller: Caller<'_>,
+        admission: &Admission,
+        result: &mut ExecResult,
+    ) {
+        self.redact_result(result);
+        self.record(req, user, caller, admission, result);
+    }
+
+    /// Masks secrets in every text the result carries.
+    pub fn redact_result(&self, r: &mut ExecResult) {
+        if !self.redactor.is_enabled() {
+            return;
+        }
+        let red = &self.redactor;
+        // stdout and stderr were redacted as they streamed; once more is cheap and covers
+        // results built outside a session.
+        r.stdout = red.redact_str(&r.stdout);
+        r.stderr = red.redact_str(&r.stderr);
+        if let Some(v) = r.result.as_mut() {
+            red.redact_json(v);
+        }
+        if let Some(e) = r.exception.as_mut() {
+            e.message = red.redact_str(&e.message);
+            e.traceback = red.redact_str(&e.traceback);
+            e.kind = red.redact_str(&e.kind);
+        }
+        if let Some(e) = r.error.as_mut() {
+            e.message = red.redact_str(&e.message);
+        }
+        for w in &mut r.warnings {
+            *w = red.redact_str(w);
+        }
+        for f in &mut r.files {
+            if f.encoding == crate::types::Encoding::Utf8 {
+                f.content = red.redact_str(&f.content);
+            } else {
+                use base64::Engine;
+                let engine = base64::engine::general_purpose::STANDARD;
+                if let Ok(bytes) = engine.decode(&f.content) {
+                    let masked = red.redact_bytes(&bytes);
+                    if masked != bytes {
+                        f.content = engine.encode(&masked);
+                    }
+                }
+            }
+        }
+    }
+
+    fn record_refusal(
+        &self,
+        req: &ExecRequest,
+        user: &str,
+        caller: Caller<'_>,
+        admission: &Admission,
+        err: &Error,
+    ) {
+        let r = ExecResult::from_error(req.language, caller.backend, err);
+        self.record(req, user, caller, admission, &r);
+    }
+
+    fn record(
+        &self,
+        req: &ExecRequest,
+        user: &str,
+        caller: Caller<'_>,
+        admission: &Admission,
+        r: &ExecResult,
+    ) {
+        let Some(log) = &self.audit else { return };
+        let record = AuditRecord {
+            time: crate::session::manager::rfc3339(SystemTime::now()),
+            interface: caller.interface.to_string(),
+            user: user.to_string(),
+            session_id: req.session_id.clone(),
+            language: req.language.to_string(),
+            backend: r.backend.clone(),
+            code_sha256: sha256_hex(&req.code),
+            code: self.redactor.redact_str(&req.code),
+            packages: req.packages.clone(),
+            network: req.network,
+            status: serde_json::to_value(r.status)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default(),
+            exit_code: r.exit_code,
+            duration_ms: r.duration_ms,
+            error_code: r.error.as_ref().and_then(|e| {
+                serde_json::to_value(e.code)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+            }),
+            findings: admission
+                .findings
+                .iter()
+                .map(|f| format!("{}@{} ({:?})", f.rule, f.line, f.action).to_lowercase())
+                .collect(),
+            approval: admission.approval.to_string(),
+        };
+        if let Err(e) = log.append(&record) {
+            tracing::warn!(error = %e, "could not write the audit record");
+        }
+    }
+}

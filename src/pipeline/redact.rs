@@ -1,1 +1,0 @@
-//! Secret redaction (work in progress).
