@@ -173,3 +173,85 @@ fn doctor_explains_every_backend() {
     let text = sandpit(&["doctor"]);
     assert!(String::from_utf8_lossy(&text.stdout).contains("`-b auto` picks"));
 }
+
+fn sandpit_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_sandpit"))
+        .args(args)
+        .envs(env.iter().copied())
+        .env_remove("SANDPIT_HELPER")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run sandpit")
+}
+
+/// The analyzer through the CLI: a block exits 126 naming the rule and the line (plain and
+/// --json); SANDPIT_ANALYZER=warn runs it with a warning, =off runs it silently.
+#[test]
+fn analyzer_modes_from_the_environment() {
+    let b = backend();
+    let code = "x = 1\nimport os\nos.system('echo ran')";
+    let out = sandpit(&["run", "-b", b, "-l", "python", code]);
+    assert_eq!(out.status.code(), Some(126));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("python.os-system") && err.contains("line 3"),
+        "{err}"
+    );
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("ran"));
+    let (v, code_) = json_run(&["-l", "python", code]);
+    assert_eq!(code_, 126);
+    assert_eq!(v["status"], "blocked");
+    assert_eq!(v["error"]["code"], "SECURITY_BLOCKED");
+
+    let out = sandpit_env(
+        &["run", "-b", b, "-l", "python", code],
+        &[("SANDPIT_ANALYZER", "warn")],
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ran"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("python.os-system"));
+    let out = sandpit_env(
+        &["run", "-b", b, "-l", "python", code],
+        &[("SANDPIT_ANALYZER", "off")],
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("analyzer"));
+}
+
+/// A secret named by SANDPIT_REDACT_ENV never reaches stdout, stderr or the debug logs, and
+/// the audit log (in a directory of the test's own) holds the run with its code redacted.
+#[test]
+fn secrets_stay_out_of_output_logs_and_audit() {
+    let b = backend();
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit.jsonl");
+    let secret = "sk-test-Pl4ntedSecretValue0123456789";
+    let code = format!("print('{secret}')\nimport sys; print('{secret}', file=sys.stderr)");
+    let out = sandpit_env(
+        &["run", "-b", b, "-l", "python", &code],
+        &[
+            ("SANDPIT_REDACT_ENV", "SANDPIT_TEST_SECRET"),
+            ("SANDPIT_TEST_SECRET", secret),
+            ("SANDPIT_AUDIT_PATH", audit.to_str().unwrap()),
+            ("RUST_LOG", "debug"),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stdout.contains("***"), "{stdout}");
+    assert!(
+        !stdout.contains(secret) && !stderr.contains(secret),
+        "{stdout}\n{stderr}"
+    );
+    assert!(
+        stderr.contains("execution"),
+        "debug logs were written: {stderr}"
+    );
+    let log = std::fs::read_to_string(&audit).unwrap();
+    let rec: serde_json::Value = serde_json::from_str(log.lines().last().unwrap()).unwrap();
+    assert_eq!(rec["interface"], "cli");
+    assert_eq!(rec["status"], "ok");
+    assert!(!log.contains(secret), "{log}");
+    assert!(rec["code"].as_str().unwrap().contains("***"), "{rec}");
+}

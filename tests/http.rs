@@ -21,9 +21,14 @@ struct Server {
 
 impl Server {
     fn start(extra: &[&str]) -> Server {
+        Self::start_with(extra, &[])
+    }
+
+    fn start_with(extra: &[&str], env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_sandpit"))
             .arg("serve")
             .args(extra)
+            .envs(env.iter().copied())
             .env("SANDPIT_BACKEND", backend())
             .env_remove("SANDPIT_HELPER")
             .env_remove("SANDPIT_TOKEN")
@@ -473,4 +478,96 @@ fn non_loopback_without_token_is_refused() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("token"), "{err}");
+}
+
+/// `approval.mode = "ask"` over HTTP: an execute waits as a pending approval that an operator
+/// lists and decides; approve runs it, deny refuses it, and a streaming execute announces the
+/// pending approval as an event.
+#[test]
+fn approvals_are_a_resource_the_operator_answers() {
+    let s = Server::start_with(&["--listen", "127.0.0.1:0"], &[("SANDPIT_APPROVAL", "ask")]);
+    let addr = s.addr.clone();
+    let wait_pending = || -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let (st, v) = s.json("GET", "/v1/approvals", "");
+            assert_eq!(st, 200, "{v}");
+            if let Some(a) = v["approvals"].as_array().and_then(|a| a.first()) {
+                return a.clone();
+            }
+            assert!(Instant::now() < deadline, "no pending approval appeared");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    for (decision, expect_status) in [
+        (r#"{"decision": "approve"}"#, 200),
+        (r#"{"decision": "deny", "reason": "not on a friday"}"#, 403),
+    ] {
+        let a = addr.clone();
+        let client = std::thread::spawn(move || {
+            request(
+                &a,
+                "POST",
+                "/v1/execute",
+                &[("Content-Type", "application/json")],
+                r#"{"language": "python", "code": "result = 6 * 7"}"#,
+            )
+        });
+        let pending = wait_pending();
+        assert!(
+            pending["code"].as_str().unwrap().contains("6 * 7"),
+            "{pending}"
+        );
+        let id = pending["id"].as_str().unwrap();
+        let (st, v) = s.json("POST", &format!("/v1/approvals/{id}"), decision);
+        assert_eq!(st, 200, "{v}");
+        assert_eq!(v["resolved"], true);
+        let r = client.join().unwrap();
+        assert_eq!(r.status, expect_status, "{}", r.text());
+        let body: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        if expect_status == 200 {
+            assert_eq!(body["result"], 42, "{body}");
+        } else {
+            assert_eq!(body["error"]["code"], "POLICY_DENIED", "{body}");
+            assert!(body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("friday"));
+        }
+        // Decided once: a second answer finds nothing.
+        let (st, _) = s.json("POST", &format!("/v1/approvals/{id}"), decision);
+        assert_eq!(st, 404);
+    }
+    // Streaming: the client sees approval_pending, then the output and the end.
+    let a = addr.clone();
+    let client = std::thread::spawn(move || {
+        request(
+            &a,
+            "POST",
+            "/v1/execute",
+            &[
+                ("Content-Type", "application/json"),
+                ("Accept", "text/event-stream"),
+            ],
+            r#"{"language": "python", "code": "print('hi')"}"#,
+        )
+    });
+    let pending = wait_pending();
+    let id = pending["id"].as_str().unwrap();
+    let (st, _) = s.json(
+        "POST",
+        &format!("/v1/approvals/{id}"),
+        r#"{"decision": "approve"}"#,
+    );
+    assert_eq!(st, 200);
+    let r = client.join().unwrap();
+    let events = sse_events(&r.text());
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names.first(), Some(&"execution_start"), "{names:?}");
+    assert_eq!(names.get(1), Some(&"approval_pending"), "{names:?}");
+    assert_eq!(events[1].1["approval_id"], id);
+    assert_eq!(names.last(), Some(&"execution_end"), "{names:?}");
+    // A bad decision is a 400.
+    let (st, v) = s.json("POST", "/v1/approvals/x", r#"{"decision": "maybe"}"#);
+    assert_eq!(st, 400, "{v}");
 }

@@ -31,8 +31,13 @@ struct Server {
 
 impl Server {
     fn start(backend: &str) -> Server {
+        Self::start_with(backend, &[])
+    }
+
+    fn start_with(backend: &str, env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(bin())
             .args(["mcp", "-b", backend])
+            .envs(env.iter().copied())
             .env_remove("SANDPIT_HELPER")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -91,6 +96,44 @@ impl Server {
             }
             // A notification or a server->client request: not ours; keep reading.
         }
+    }
+
+    /// `tools/call` as a client that answers elicitation requests with `answer` (counting them).
+    fn call_answering(&mut self, args: Value, answer: &Value, asked: &mut Vec<Value>) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "execute_code", "arguments": args}}));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .expect("a message from the server");
+            let v: Value = serde_json::from_str(&line).unwrap();
+            if v["method"] == "elicitation/create" {
+                asked.push(v["params"].clone());
+                self.send(&json!({"jsonrpc": "2.0", "id": v["id"], "result": answer}));
+                continue;
+            }
+            if v["id"] == json!(id) && v.get("method").is_none() {
+                return v["result"].clone();
+            }
+        }
+    }
+
+    fn initialize_with(&mut self, capabilities: Value) {
+        let r = self.request(
+            "initialize",
+            Some(json!({
+                "protocolVersion": "2025-06-18",
+                "capabilities": capabilities,
+                "clientInfo": {"name": "sandpit-test", "version": "0"}
+            })),
+        );
+        assert!(r["result"].is_object(), "initialize failed: {r}");
+        self.notify("notifications/initialized");
     }
 
     fn notify(&mut self, method: &str) {
@@ -274,8 +317,8 @@ fn mcp_session_over_stdio() {
     let r = s.call(
         "execute_code",
         json!({
-            "language": "javascript",
-            "code": "const fs = require('fs'); result = n * 2 + fs.readFileSync('in.txt', 'utf8').length",
+            "language": "python",
+            "code": "result = n * 2 + len(open('in.txt').read())",
             "input_data": {"n": 20},
             "files": [{"path": "in.txt", "content": "ab", "encoding": "utf8"}]
         }),
@@ -395,6 +438,63 @@ fn mcp_session_over_stdio() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// `approval.mode = "ask"` over MCP: the server sends `elicitation/create` with the code; the
+/// client's accept runs it (and `trust_session` stops further questions for that session), a
+/// decline blocks it, and a client without the elicitation capability is told it cannot be
+/// asked.
+#[test]
+fn mcp_approval_by_elicitation() {
+    let b = backend();
+    let mut s = Server::start_with(b, &[("SANDPIT_APPROVAL", "ask")]);
+    s.initialize_with(json!({"elicitation": {}}));
+    let mut asked = Vec::new();
+    let accept = json!({"action": "accept", "content": {"trust_session": false}});
+    let r = s.call_answering(
+        json!({"language": "python", "code": "result = 6 * 7", "session_id": "a1"}),
+        &accept,
+        &mut asked,
+    );
+    assert_eq!(r["structuredContent"]["result"], 42, "{r}");
+    assert_eq!(asked.len(), 1);
+    let message = asked[0]["message"].as_str().unwrap();
+    assert!(message.contains("result = 6 * 7"), "{message}");
+    assert!(asked[0]["requestedSchema"]["properties"]["trust_session"].is_object());
+
+    let decline = json!({"action": "decline"});
+    let r = s.call_answering(
+        json!({"language": "python", "code": "result = 1", "session_id": "a1"}),
+        &decline,
+        &mut asked,
+    );
+    assert_eq!(r["isError"], true, "{r}");
+    assert_eq!(r["structuredContent"]["status"], "blocked", "{r}");
+    assert!(text(&r).contains("declined"), "{r}");
+
+    let trust = json!({"action": "accept", "content": {"trust_session": true}});
+    for i in 0..3 {
+        let r = s.call_answering(
+            json!({"language": "python", "code": format!("result = {i}"), "session_id": "a2"}),
+            &trust,
+            &mut asked,
+        );
+        assert_eq!(r["structuredContent"]["result"], i, "{r}");
+    }
+    assert_eq!(asked.len(), 3, "a trusted session is asked once");
+    s.close_and_wait();
+
+    // A client that cannot answer elicitations.
+    let mut s = Server::start_with(b, &[("SANDPIT_APPROVAL", "ask")]);
+    s.initialize_with(json!({}));
+    let r = s.call_answering(
+        json!({"language": "python", "code": "result = 1"}),
+        &accept,
+        &mut asked,
+    );
+    assert_eq!(r["structuredContent"]["status"], "blocked", "{r}");
+    assert!(text(&r).contains("elicitation"), "{r}");
+    s.close_and_wait();
 }
 
 #[test]
