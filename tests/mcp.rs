@@ -655,3 +655,57 @@ fn mcp_official_python_sdk_client() {
         out.status
     );
 }
+
+const SDK_APPROVER: &str = r#"
+import asyncio, sys, os
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+import mcp.types as types
+
+asked = []
+
+async def on_elicit(context, params):
+    asked.append(params.message)
+    return types.ElicitResult(action="accept", content={"trust_session": True})
+
+async def main():
+    env = dict(os.environ, SANDPIT_APPROVAL="ask")
+    params = StdioServerParameters(command=sys.argv[1], args=["mcp", "-b", sys.argv[2]], env=env)
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write, elicitation_callback=on_elicit) as session:
+            await session.initialize()
+            for i in range(2):
+                r = await session.call_tool("execute_code", {
+                    "language": "python", "session_id": "ok", "code": f"result = 40 + {i + 2}"})
+                sc = r.structured_content
+                assert sc["status"] == "ok" and sc["result"] == 42 + i, sc
+    assert len(asked) == 1 and "result = 40 + 2" in asked[0], asked
+    print("SDK-APPROVER-OK")
+
+asyncio.run(main())
+"#;
+
+/// The official Python SDK as the approving client: its elicitation callback sees the code, and
+/// "trust this session" means it is asked once.
+#[test]
+fn mcp_official_python_sdk_answers_approval() {
+    let py = match python_with_mcp_sdk() {
+        Ok(py) => py,
+        Err(why) => {
+            eprintln!("SKIPPED the Python MCP SDK approval test: {why}");
+            return;
+        }
+    };
+    let out = Command::new(&py)
+        .args(["-c", SDK_APPROVER, bin(), backend()])
+        .env_remove("SANDPIT_HELPER")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the SDK client");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("SDK-APPROVER-OK"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
