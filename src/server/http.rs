@@ -473,6 +473,7 @@ async fn execute(
     let via = Via {
         interface: "http",
         approver: Some(state.approvals.clone()),
+        cancel: None,
     };
     let result = state.manager.execute_via(req, None, via).await;
     state.metrics.record(&result);
@@ -513,12 +514,22 @@ fn execute_sse(
     tokio::spawn(async move {
         let (otx, mut orx) = mpsc::unbounded_channel::<OutputEvent>();
         // Tells the client when its execution waits for an operator.
+        // A client that disconnects interrupts its cell (the session keeps its state).
+        let cancel = Arc::new(tokio::sync::Notify::new());
+        let watcher = {
+            let (tx, cancel) = (tx.clone(), cancel.clone());
+            tokio::spawn(async move {
+                tx.closed().await;
+                cancel.notify_one();
+            })
+        };
         let via = Via {
             interface: "http",
             approver: Some(Arc::new(AnnouncingApprover {
                 pending: state.approvals.clone(),
                 events: tx.clone(),
             })),
+            cancel: Some(cancel),
         };
         let run = state.manager.execute_via(req, Some(otx), via);
         tokio::pin!(run);
@@ -529,6 +540,7 @@ fn execute_sse(
                 r = &mut run => break r,
             }
         };
+        watcher.abort();
         while let Ok(ev) = orx.try_recv() {
             let _ = tx.send(chunk_event(ev));
         }
@@ -763,9 +775,32 @@ async fn metrics(State(state): State<AppState>) -> Response {
         Health,
         ErrorBody,
         ErrorDetail
-    ))
+    )),
+    modifiers(&BearerAuth),
+    security(("bearer" = []))
 )]
 struct ApiDoc;
+
+/// Declares the bearer token (required off loopback; see the README) in the document.
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "required when the server listens off loopback, or when started with --token",
+                    ))
+                    .build(),
+            ),
+        );
+    }
+}
 
 /// This document.
 #[utoipa::path(get, path = "/openapi.json", responses((status = 200, description = "OpenAPI 3.1 document")))]

@@ -200,6 +200,7 @@ impl SandpitMcp {
         let via = Via {
             interface: "mcp",
             approver: Some(Arc::new(ElicitingApprover { peer })),
+            cancel: None,
         };
         let result = self.manager.execute_via(req, None, via).await;
         let text = render_result(&result);

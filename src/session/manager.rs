@@ -71,6 +71,8 @@ pub struct Via {
     /// `mcp`, `http`, `library` (recorded in the audit trail).
     pub interface: &'static str,
     pub approver: Option<Arc<dyn Approver>>,
+    /// Notified when the caller goes away: the running cell is interrupted.
+    pub cancel: Option<Arc<tokio::sync::Notify>>,
 }
 
 impl Via {
@@ -78,6 +80,7 @@ impl Via {
         Via {
             interface: "library",
             approver: None,
+            cancel: None,
         }
     }
 }
@@ -221,7 +224,10 @@ impl SessionManager {
                 return r;
             }
         };
-        match self.execute_inner(&req, output, &admission).await {
+        match self
+            .execute_inner(&req, output, &admission, via.cancel.clone())
+            .await
+        {
             Ok(mut r) => {
                 self.pipeline
                     .finish(&req, &user, caller, &admission, &mut r);
@@ -251,6 +257,7 @@ impl SessionManager {
         req: &ExecRequest,
         output: Option<mpsc::UnboundedSender<OutputEvent>>,
         admission: &Admission,
+        cancel: Option<Arc<tokio::sync::Notify>>,
     ) -> Result<ExecResult> {
         // A slot, or a place in the bounded queue.
         let permit = match self.slots.try_acquire() {
@@ -270,7 +277,7 @@ impl SessionManager {
             let config = SessionConfig::for_request(&self.policy, req);
             let mut s = Session::start(&self.policy, self.backend.clone(), config).await?;
             s.set_redactor(self.pipeline.redactor().clone());
-            let r = s.run_request(req, output).await;
+            let r = s.run_request_cancellable(req, output, cancel).await;
             s.kill().await;
             drop(permit);
             return r;
@@ -290,7 +297,7 @@ impl SessionManager {
                 *guard = Some(s);
             }
             match guard.as_mut() {
-                Some(s) => s.run_request(req, output).await,
+                Some(s) => s.run_request_cancellable(req, output, cancel).await,
                 None => Err(Error::sandbox("session vanished")),
             }
         }

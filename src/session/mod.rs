@@ -385,11 +385,22 @@ impl Session {
         }
     }
 
-    /// Runs a whole request (files in, code, files out) in this session.
+    /// Runs a whole request (files in, packages, code, files out) in this session.
     pub async fn run_request(
         &mut self,
         req: &ExecRequest,
         output: Option<mpsc::UnboundedSender<OutputEvent>>,
+    ) -> Result<ExecResult> {
+        self.run_request_cancellable(req, output, None).await
+    }
+
+    /// [`Session::run_request`], interrupting the cell when `cancel` is notified (the client
+    /// went away).
+    pub async fn run_request_cancellable(
+        &mut self,
+        req: &ExecRequest,
+        output: Option<mpsc::UnboundedSender<OutputEvent>>,
+        cancel: Option<Arc<tokio::sync::Notify>>,
     ) -> Result<ExecResult> {
         packages::validate(req.language, &req.packages)?;
         let recycled = self.recycle_reason();
@@ -430,7 +441,7 @@ impl Session {
             input: req.input_data.clone(),
             interactive: false,
             output,
-            cancel: None,
+            cancel,
         };
         let mut result = self.execute(&req.code, opts).await?;
         if let Some(reason) = recycled {

@@ -25,7 +25,6 @@ pub(crate) const MASK: &[u8] = b"***";
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct PatternFile {
-    #[allow(dead_code)]
     pub version: u32,
     #[serde(rename = "pattern")]
     pub patterns: Vec<PatternSpec>,
@@ -192,7 +191,7 @@ impl Rule {
 /// A multi-line block rule (private keys).
 #[derive(Debug, Clone)]
 pub(crate) struct BlockRule {
-    #[allow(dead_code)]
+    #[cfg_attr(not(test), allow(dead_code))]
     pub id: String,
     begin: Regex,
     pub(crate) end: Regex,
@@ -270,6 +269,12 @@ fn compile(id: &str, src: &str, multi_line: bool) -> Result<Regex, RedactError> 
 pub(crate) fn load(toml_text: &str) -> Result<(PatternFile, Builtins), RedactError> {
     let file: PatternFile =
         toml::from_str(toml_text).map_err(|e| RedactError::PatternFile(e.to_string()))?;
+    if file.version != 1 {
+        return Err(RedactError::PatternFile(format!(
+            "unsupported version {} (expected 1)",
+            file.version
+        )));
+    }
     let mut out = Builtins::default();
     let mut seen = std::collections::HashSet::new();
     for p in &file.patterns {

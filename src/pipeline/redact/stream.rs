@@ -266,7 +266,6 @@ impl StreamRedactor {
         let target = char_boundary_back(&self.buf[ctx..], target);
         if target > 0 {
             self.stats.long_line_cuts += 1;
-            self.retry_len = 0;
             self.release(target, masks, out);
         } else if self.pending_len() > HARD_CAP {
             // One match keeps growing past any sensible size: mask it all, drop the rest of
@@ -370,6 +369,7 @@ impl StreamRedactor {
         self.buf.drain(..keep_from);
         self.ctx = end - keep_from;
         self.open_block = self.open_block.and_then(|s| s.checked_sub(cut));
+        self.retry_len = 0;
     }
 }
 

@@ -603,3 +603,54 @@ fn redactor_is_send_sync_and_stream_is_send() {
     send_sync::<Redactor>();
     send::<crate::pipeline::redact::StreamRedactor>();
 }
+
+#[test]
+fn invalid_pattern_files_are_rejected() {
+    let cases = [
+        (
+            "version = 1\n[[pattern]]\nid = \"x\"\ndescription = \"d\"\n",
+            "needs either regex",
+        ),
+        (
+            "version = 1\n[[pattern]]\nid = \"x\"\ndescription = \"d\"\nregex = \"(\"\n",
+            "invalid redaction pattern x",
+        ),
+        (
+            "version = 1\n[[pattern]]\nid = \"x\"\ndescription = \"d\"\nregex = \"a(b)\"\ngroup = 2\n",
+            "group out of range",
+        ),
+        (
+            "version = 1\n[[pattern]]\nid = \"x\"\ndescription = \"d\"\nregex = \"a\"\n[[pattern]]\nid = \"x\"\ndescription = \"d\"\nregex = \"b\"\n",
+            "duplicate id",
+        ),
+        (
+            "version = 1\n[[pattern]]\nid = \"x\"\ndescription = \"d\"\nbegin = \"a\"\nend = \"b\"\n",
+            "needs confirm and hold",
+        ),
+        ("version = 1\n[[pattern]]\nid = \"x\"\ndescription = \"d\"\nregex = \"a\"\nbogus = 1\n", "unknown field"),
+    ];
+    for (text, want) in cases {
+        let err = patterns::load(text).unwrap_err().to_string();
+        assert!(err.contains(want), "{err}");
+        assert!(err.starts_with("invalid redaction pattern"), "{err}");
+    }
+    assert_eq!(
+        Redactor::builtin_pattern_ids()
+            .unwrap()
+            .first()
+            .map(String::as_str),
+        Some("private-key-block")
+    );
+}
+
+#[test]
+fn invalid_utf8_passes_through() {
+    let r = builtin();
+    let input: &[u8] = b"\xff\xfe bin \x80 AKIAIOSFODNN7EXAMPLE \xc3\n\xe6\x97";
+    let expected = r.redact_bytes(input);
+    assert_eq!(expected, b"\xff\xfe bin \x80 *** \xc3\n\xe6\x97");
+    for idle in [false, true] {
+        let chunks: Vec<&[u8]> = input.chunks(3).collect();
+        assert_eq!(stream_all(&r, &chunks, idle), expected);
+    }
+}
