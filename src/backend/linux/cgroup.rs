@@ -196,8 +196,12 @@ fn kill_members(dirs: &[PathBuf]) {
     }
 }
 
+/// An empty session cgroup older than this is a leftover of a killed sandpit process.
+const STALE_AGE: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Removes session cgroups left behind by sandpit processes that were killed before they could
-/// clean up. `rmdir` only succeeds on an empty cgroup, so live sessions are untouched.
+/// clean up. `rmdir` only succeeds on an empty cgroup, so live sessions are untouched, and a
+/// young one may be another process's sandbox about to be placed, so only old ones go.
 pub fn remove_stale(version: Version) {
     let root = Path::new("/sys/fs/cgroup");
     let parents: Vec<PathBuf> = match version {
@@ -212,7 +216,15 @@ pub fn remove_stale(version: Version) {
             continue;
         };
         for e in entries.flatten() {
-            if e.file_name().to_string_lossy().starts_with("s-") {
+            // Another sandpit process may have just created a cgroup it has not placed its
+            // sandbox in yet (empty, so rmdir would succeed): only old ones are leftovers.
+            let old = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age >= STALE_AGE);
+            if old && e.file_name().to_string_lossy().starts_with("s-") {
                 let _ = std::fs::remove_dir(e.path());
             }
         }

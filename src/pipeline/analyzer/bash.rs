@@ -13,11 +13,16 @@
 //! Code in a string is parsed again as bash where it is code: `bash -c '...'` (and sh, dash,
 //! zsh, ksh, ash, mksh, `su -c`), `eval ...`, a here-document or here-string fed to a shell,
 //! and `echo ... | sh`.
+//!
+//! "Does anything below this node read a sensitive file / run a sender" is answered for all
+//! nodes in one bottom-up pass, fork bombs are found in one pass with a stack of the
+//! functions being defined, and commands are resolved once: the cost stays linear however
+//! the code nests.
 
 use super::rules::{any_glob, BashMatcher, ExfiltrationSpec, Glob, Matcher};
 use super::syntax::{
-    self, field_children, hex_char, named_children, text, Ctx, Lines, Preorder, ScanBudget,
-    MAX_NAME_HOPS, MAX_NESTING,
+    self, field_children, hex_char, named_children, text, Ctx, Lines, Postorder, MAX_NAME_HOPS,
+    MAX_NESTING,
 };
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -91,13 +96,14 @@ fn analyze_nested(ctx: &mut Ctx, code: &str, lines: Lines, inherited: &Inherited
         return;
     };
     let root = tree.root_node();
-    let mut vars = Vars::build(root, code, inherited);
-    vars.find_sensitive_reads(root, &exfiltration_rules(ctx));
+    let order = Postorder::new(root);
+    let mut vars = Vars::build(&order, code, inherited);
+    vars.mark_exfiltration(&order, &exfiltration_rules(ctx));
+    find_fork_bombs(ctx, &vars, root, lines);
     let mut embedded: Vec<(String, Lines)> = Vec::new();
-    for node in Preorder::new(root) {
+    for node in order.nodes.iter().copied() {
         match node.kind() {
             "command" => check_command(ctx, &vars, node, lines, &mut embedded),
-            "function_definition" => check_function(ctx, &vars, node, lines),
             "file_redirect" => check_file_redirect(ctx, &vars, node, lines),
             "pipeline" => check_pipeline(ctx, &vars, node, lines, &mut embedded),
             "redirected_statement" => check_redirected(ctx, &vars, node, lines, &mut embedded),
@@ -279,11 +285,11 @@ fn check_command<'a>(
         };
         embedded.push((values.join(" "), at));
     } else if SHELLS.contains(&cmd.name.as_str()) {
-        if let Some(i) = shell_script_index(&values) {
+        if let Some(i) = shell_script_index(values) {
             if let (Some(arg), Some(script)) = (cmd.args.get(i), values.get(i)) {
                 embedded.push((script.clone(), string_lines(*arg, lines, line)));
             }
-        } else if reads_stdin_script(&values) {
+        } else if reads_stdin_script(values) {
             for redirect in field_children(node, "redirect") {
                 push_fed_script(vars, redirect, lines, embedded);
             }
@@ -467,15 +473,6 @@ fn redirect_targets<'a>(vars: &Vars<'a>, redirect: Node<'a>) -> Vec<String> {
         .collect()
 }
 
-/// Sender commands at or below `node`.
-fn senders_below<'a>(vars: &Vars<'a>, node: Node<'a>, spec: &ExfiltrationSpec) -> Vec<Node<'a>> {
-    vars.scans
-        .scan(node)
-        .filter(|n| n.kind() == "command")
-        .filter(|n| resolve_command(vars, *n).is_some_and(|c| any_glob(&spec.senders, &c.name)))
-        .collect()
-}
-
 fn exfiltration_rules(ctx: &Ctx) -> Vec<(usize, ExfiltrationSpec)> {
     ctx.rules
         .iter()
@@ -497,18 +494,12 @@ fn check_pipeline<'a>(
     embedded: &mut Vec<(String, Lines)>,
 ) {
     let stages = named_children(node);
-    for (index, spec) in exfiltration_rules(ctx) {
+    for (index, _) in exfiltration_rules(ctx) {
         let mut earlier_reads = false;
         for stage in &stages {
             if earlier_reads {
-                for sender in senders_below(vars, *stage, &spec) {
-                    ctx.report(
-                        index,
-                        lines.of(sender),
-                        &resolve_command(vars, sender)
-                            .map(|c| c.name.clone())
-                            .unwrap_or_default(),
-                    );
+                if let Some(sender) = vars.sender(index, *stage) {
+                    ctx.report(index, lines.of(*stage), &sender);
                 }
             }
             earlier_reads = earlier_reads || vars.reads(index, *stage);
@@ -558,16 +549,10 @@ fn check_redirected<'a>(
         return;
     };
     let redirects = field_children(node, "redirect");
-    for (index, spec) in exfiltration_rules(ctx) {
+    for (index, _) in exfiltration_rules(ctx) {
         if redirects.iter().any(|r| vars.reads(index, *r)) {
-            for sender in senders_below(vars, body, &spec) {
-                ctx.report(
-                    index,
-                    lines.of(sender),
-                    &resolve_command(vars, sender)
-                        .map(|c| c.name.clone())
-                        .unwrap_or_default(),
-                );
+            if let Some(sender) = vars.sender(index, body) {
+                ctx.report(index, lines.of(body), &sender);
             }
         }
     }
@@ -582,9 +567,17 @@ fn check_redirected<'a>(
 
 // ---- functions and redirections ----------------------------------------------------------
 
-/// A fork bomb: a function whose body calls it at least twice, in a pipeline or in the
-/// background (`:(){ :|:& };:`).
-fn check_function<'a>(ctx: &mut Ctx, vars: &Vars<'a>, node: Node<'a>, lines: Lines) {
+/// Fork bombs: a function whose body calls it at least twice, with a call in a pipeline or
+/// something in the background (`:(){ :|:& };:`). One pass over the tree with a stack of
+/// the functions being defined.
+fn find_fork_bombs<'a>(ctx: &mut Ctx, vars: &Vars<'a>, root: Node<'a>, lines: Lines) {
+    struct Frame<'a> {
+        name: String,
+        node: Node<'a>,
+        calls: usize,
+        piped: bool,
+        background: bool,
+    }
     let rules = ctx.rules;
     let Some(index) = rules
         .iter()
@@ -592,27 +585,62 @@ fn check_function<'a>(ctx: &mut Ctx, vars: &Vars<'a>, node: Node<'a>, lines: Lin
     else {
         return;
     };
-    let (Some(name), Some(body)) = (
-        node.child_by_field_name("name"),
-        node.child_by_field_name("body"),
-    ) else {
-        return;
-    };
-    let name = vars.value(name).text;
-    let calls_self = |n: Node<'a>| resolve_command(vars, n).is_some_and(|c| c.name == name);
-    let mut calls = 0;
-    let mut piped = false;
-    let mut background = false;
-    for n in vars.scans.scan(body) {
-        match n.kind() {
-            "command" if calls_self(n) => calls += 1,
-            "pipeline" => piped = piped || named_children(n).into_iter().any(calls_self),
-            "&" if !n.is_named() => background = true,
+    let mut frames: Vec<Frame<'a>> = Vec::new();
+    let mut by_name: HashMap<String, Vec<usize>> = HashMap::new();
+    // (node, is a pipeline stage, leaving a function definition)
+    let mut stack: Vec<(Node<'a>, bool, bool)> = vec![(root, false, false)];
+    let mut cursor = root.walk();
+    while let Some((node, stage, leaving)) = stack.pop() {
+        if leaving {
+            if let Some(frame) = frames.pop() {
+                if let Some(indexes) = by_name.get_mut(&frame.name) {
+                    indexes.pop();
+                }
+                if frame.calls >= 2 && (frame.piped || frame.background) {
+                    ctx.report(index, lines.of(frame.node), &frame.name);
+                }
+            }
+            continue;
+        }
+        match node.kind() {
+            "function_definition" => {
+                let name = node
+                    .child_by_field_name("name")
+                    .map(|n| vars.value(n).text)
+                    .unwrap_or_default();
+                by_name.entry(name.clone()).or_default().push(frames.len());
+                frames.push(Frame {
+                    name,
+                    node,
+                    calls: 0,
+                    piped: false,
+                    background: false,
+                });
+                stack.push((node, false, true));
+            }
+            "command" => {
+                if let Some(cmd) = resolve_command(vars, node) {
+                    let at = by_name.get(&cmd.name).and_then(|v| v.last()).copied();
+                    if let Some(frame) = at.and_then(|i| frames.get_mut(i)) {
+                        frame.calls += 1;
+                        frame.piped |= stage;
+                    }
+                }
+            }
+            "&" if !node.is_named() => {
+                if let Some(frame) = frames.last_mut() {
+                    frame.background = true;
+                }
+            }
             _ => {}
         }
-    }
-    if calls >= 2 && (piped || background) {
-        ctx.report(index, lines.of(node), &name);
+        let child_stage = match node.kind() {
+            "pipeline" => true,
+            "redirected_statement" => stage,
+            _ => false,
+        };
+        let children: Vec<Node<'a>> = node.children(&mut cursor).collect();
+        stack.extend(children.into_iter().rev().map(|c| (c, child_stage, false)));
     }
 }
 
@@ -656,14 +684,15 @@ struct Vars<'a> {
     busy: RefCell<HashSet<String>>,
     commands: RefCell<HashMap<usize, Option<Rc<Cmd<'a>>>>>,
     /// Per exfiltration rule (index): the nodes whose subtree reads a sensitive file.
-    sensitive_reads: HashMap<usize, HashSet<usize>>,
-    scans: ScanBudget,
+    sensitive_reads: HashMap<usize, HashMap<usize, ()>>,
+    /// Per exfiltration rule (index): the nodes whose subtree runs a sender, with its name.
+    senders: HashMap<usize, HashMap<usize, Rc<str>>>,
 }
 
 impl<'a> Vars<'a> {
-    fn build(root: Node<'a>, code: &'a str, inherited: &'a Inherited) -> Vars<'a> {
+    fn build(order: &Postorder<'a>, code: &'a str, inherited: &'a Inherited) -> Vars<'a> {
         let mut assigned: HashMap<String, Vec<Assigned<'a>>> = HashMap::new();
-        for node in Preorder::new(root) {
+        for node in &order.nodes {
             if node.kind() == "variable_assignment" {
                 if let Some(name) = node.child_by_field_name("name") {
                     let value = node
@@ -684,34 +713,35 @@ impl<'a> Vars<'a> {
             busy: RefCell::new(HashSet::new()),
             commands: RefCell::new(HashMap::new()),
             sensitive_reads: HashMap::new(),
-            scans: ScanBudget::new(),
+            senders: HashMap::new(),
         }
     }
 
-    /// Marks, bottom-up, every node whose subtree reads a sensitive file, per rule.
-    fn find_sensitive_reads(&mut self, root: Node<'a>, rules: &[(usize, ExfiltrationSpec)]) {
-        if rules.is_empty() {
-            return;
-        }
-        let order = syntax::postorder(root);
-        let mut cursor = root.walk();
+    /// Marks, bottom-up (`order` is post-order), every node whose subtree reads a
+    /// sensitive file and every node whose subtree runs a sender, per rule.
+    fn mark_exfiltration(&mut self, order: &Postorder<'a>, rules: &[(usize, ExfiltrationSpec)]) {
         for (index, spec) in rules {
-            let mut marked: HashSet<usize> = HashSet::new();
-            for node in &order {
-                let below = node.children(&mut cursor).any(|c| marked.contains(&c.id()));
-                if below || reads_itself(self, *node, spec) {
-                    marked.insert(node.id());
-                }
-            }
-            self.sensitive_reads.insert(*index, marked);
+            let reads = order.subtree_marks(|n| reads_itself(self, n, spec).then_some(()));
+            let senders = order.subtree_marks(|n| {
+                resolve_command(self, n)
+                    .filter(|c| any_glob(&spec.senders, &c.name))
+                    .map(|c| Rc::<str>::from(c.name.as_str()))
+            });
+            self.sensitive_reads.insert(*index, reads);
+            self.senders.insert(*index, senders);
         }
+    }
+
+    /// The name of a sender (for rule `index`) run at or below `node`.
+    fn sender(&self, index: usize, node: Node<'a>) -> Option<Rc<str>> {
+        self.senders.get(&index)?.get(&node.id()).cloned()
     }
 
     /// True if code at or below `node` reads a file sensitive for rule `index`.
     fn reads(&self, index: usize, node: Node<'a>) -> bool {
         self.sensitive_reads
             .get(&index)
-            .is_some_and(|m| m.contains(&node.id()))
+            .is_some_and(|m| m.contains_key(&node.id()))
     }
 
     fn export(&self) -> Inherited {

@@ -16,11 +16,14 @@
 //! imports, `x.y`, `x['y']`, `Reflect.get(x, 'y')`, `f.call`/`f.apply`/`f.bind`, `a || b`,
 //! `c ? a : b`, `(0, f)`, `await x`; `globalThis.`/`global.`/`window.`/`self.` are dropped.
 //! As in Python, a name always also resolves to itself (the global), so rebinding it does
-//! not hide it.
+//! not hide it; identifiers may be spelled with `\u` escapes (`\u0072equire`).
+//!
+//! Resolution is bottom-up and iterative, as in `python.rs`, and declarations are scoped by
+//! function with an explicit stack (blocks are not scopes here).
 
 use super::rules::{any_glob, JavascriptMatcher, Matcher};
 use super::syntax::{
-    self, append, hex_char, named_children, text, Ctx, Lines, Preorder, Relevance, CONST_BUDGET,
+    self, append, hex_char, named_children, text, Ctx, Lines, Postorder, Relevance, CONST_BUDGET,
     MAX_NAME_HOPS, MAX_NESTING, MAX_PASSES,
 };
 use std::cell::Cell;
@@ -80,7 +83,7 @@ fn relevance(ctx: &Ctx) -> Relevance {
         Matcher::Javascript(m) => m.calls.iter().map(|g| g.0.as_str()).collect(),
         _ => Vec::new(),
     });
-    Relevance::new(patterns, SPECIAL_NAMES)
+    Relevance::new(patterns, SPECIAL_NAMES, &[".call", ".apply", ".bind"])
 }
 
 pub(crate) fn analyze(ctx: &mut Ctx, code: &str) {
@@ -101,7 +104,8 @@ fn analyze_nested(ctx: &mut Ctx, code: &str, lines: Lines, inherited: &Inherited
         })
         .flatten()
         .collect();
-    let scope = Scope::build(root, code, inherited, &module_names, relevance(ctx));
+    let order = Postorder::new(root);
+    let scope = Scope::build(root, &order, code, inherited, &module_names, relevance(ctx));
     // Built-in modules used as globals (`fs.readFileSync` in `node -e`).
     for (node, name, at) in &scope.global_uses {
         if !scope.declared_in_scope(name, *at) {
@@ -109,8 +113,7 @@ fn analyze_nested(ctx: &mut Ctx, code: &str, lines: Lines, inherited: &Inherited
         }
     }
     let mut embedded: Vec<(String, Lines)> = Vec::new();
-    for node in Preorder::new(root) {
-        check_values(ctx, &scope, node, lines);
+    for node in order.nodes.iter().copied() {
         match node.kind() {
             "import_statement" | "export_statement" => {
                 if let Some(source) = node
@@ -130,6 +133,10 @@ fn analyze_nested(ctx: &mut Ctx, code: &str, lines: Lines, inherited: &Inherited
             }
             _ => {}
         }
+    }
+    // After the calls, so that a line's message names the call rather than a value.
+    for node in order.nodes.iter().copied() {
+        check_values(ctx, &scope, node, lines);
     }
     if nesting >= MAX_NESTING || embedded.is_empty() {
         return;
@@ -319,6 +326,7 @@ impl<'a> Scope<'a> {
     /// O(depth) per call), tracking the function scope of every node.
     fn build(
         root: Node<'a>,
+        order: &Postorder<'a>,
         code: &'a str,
         inherited: &'a Inherited,
         module_names: &HashSet<&str>,
@@ -369,8 +377,10 @@ impl<'a> Scope<'a> {
         }
         // Resolution is bottom-up, as in python.rs: passes over the expressions in post-order
         // until nothing changes.
-        let order: Vec<Node<'a>> = syntax::postorder(root)
-            .into_iter()
+        let order: Vec<Node<'a>> = order
+            .nodes
+            .iter()
+            .copied()
             .filter(|n| VALUE_KINDS.contains(&n.kind()))
             .collect();
         for _ in 0..MAX_PASSES {

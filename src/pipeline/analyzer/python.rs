@@ -3,30 +3,35 @@
 //! A flow-insensitive symbol table over the whole file (one scope: bindings inside functions
 //! count everywhere) maps names to what they may refer to:
 //! - `import os`, `import os.path` (binds `os`), `import os as o`, `import os.path as p`;
-//! - `from subprocess import run [as r]`, `from os import *` (a bare unbound name `system`
-//!   may then be `os.system`);
-//! - assignments `x = os`, `s = os.system`, `a, b = os, sys`, `(x := os)`, chained `a = b = os`.
+//! - `from subprocess import run [as r]`, `from os import *` (a bare name `system` may then
+//!   be `os.system`);
+//! - assignments `x = os`, `s = os.system`, `a, b = os, sys`, `(x := os)`, `a = b = os`.
 //!
 //! Expressions resolve through attributes, `getattr(x, 'name')`, `__import__('os')`,
 //! `importlib.import_module('os')`, `x['name']` (for `sys.modules['os']`, `os.__dict__[...]`,
 //! `vars(os)[...]`), `functools.partial(f, ...)`, conditional and boolean expressions, with
-//! constant strings folded (`'sys' + 'tem'`, a name bound once to a constant).
-//! Names are normalised: `builtins.`/`__builtins__.` dropped, `.__dict__` dropped,
-//! `sys.modules.X` → `X`, `posix`/`nt` → `os`, `.__call__` dropped.
+//! constant strings folded (`'sys' + 'tem'`, implicit concatenation, a name bound once to a
+//! constant). Names are normalised: `builtins.`/`__builtins__.` dropped, `.__dict__`
+//! dropped, `sys.modules.X` → `X`, `posix`/`nt` → `os`, `.__call__` dropped. Identifiers are
+//! compared after a partial NFKC folding (fullwidth and mathematical letters, `ſ`).
 //!
 //! A name always also resolves to itself (and, after `from M import *`, to `M.name`): the
 //! table is flow-insensitive, so a binding may not be in effect where the name is used
 //! (`if False: exec = print`, `del exec`, a local of another function). Rebinding a name
 //! therefore never hides what it means unbound; `exec = print; exec(input())` is a false
 //! positive this accepts.
+//!
+//! Resolution is bottom-up and iterative (see `Scope`), and only names that can still lead
+//! to a rule match are kept ([`Relevance`]), so the cost is linear in the code and nothing
+//! recurses over the tree.
 
 use super::rules::{any_glob, ArgSpec, Matcher, PythonMatcher};
 use super::syntax::{
-    self, append, hex_char, named_children, text, Ctx, Lines, Preorder, Relevance, ScanBudget,
-    CONST_BUDGET, MAX_NAME_HOPS, MAX_NESTING, MAX_PASSES,
+    self, append, hex_char, named_children, text, Ctx, Lines, Postorder, Relevance, CONST_BUDGET,
+    MAX_NAME_HOPS, MAX_NESTING, MAX_PASSES,
 };
 use std::cell::Cell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 use tree_sitter::Node;
 
@@ -62,7 +67,7 @@ fn relevance(ctx: &Ctx) -> Relevance {
             .collect(),
         _ => Vec::new(),
     });
-    Relevance::new(patterns, SPECIAL_NAMES)
+    Relevance::new(patterns, SPECIAL_NAMES, &[])
 }
 
 /// Names bound in an enclosing piece of code (for code re-parsed from `exec("...")`).
@@ -77,13 +82,19 @@ fn analyze_nested(ctx: &mut Ctx, code: &str, lines: Lines, inherited: &Inherited
         return;
     };
     let root = tree.root_node();
-    let scope = Scope::build(root, code, inherited, relevance(ctx));
+    let order = Postorder::new(root);
+    let scope = Scope::build(&order, code, inherited, relevance(ctx));
+    let marks = inner_call_marks(ctx, &scope, &order);
     let mut embedded: Vec<(String, Lines)> = Vec::new();
-    for node in Preorder::new(root) {
+    for node in &order.nodes {
         if node.kind() == "call" {
-            check_call(ctx, &scope, node, lines, &mut embedded);
+            check_call(ctx, &scope, &marks, *node, lines, &mut embedded);
         }
-        check_values(ctx, &scope, node, lines);
+    }
+    // After the calls, so that a line's message names the call (`subprocess.run`) rather
+    // than a value passed to it (`subprocess.PIPE`).
+    for node in &order.nodes {
+        check_values(ctx, &scope, *node, lines);
     }
     if nesting >= MAX_NESTING || embedded.is_empty() {
         return;
@@ -97,6 +108,7 @@ fn analyze_nested(ctx: &mut Ctx, code: &str, lines: Lines, inherited: &Inherited
 fn check_call<'a>(
     ctx: &mut Ctx,
     scope: &Scope<'a>,
+    marks: &HashMap<usize, HashMap<usize, ()>>,
     call: Node<'a>,
     lines: Lines,
     embedded: &mut Vec<(String, Lines)>,
@@ -124,7 +136,7 @@ fn check_call<'a>(
             continue;
         }
         if let Some(name) = callees.iter().find(|c| any_glob(&m.calls, c)) {
-            if call_matches(scope, m, &args, call) {
+            if call_matches(scope, m, marks.get(&index), &args, call) {
                 ctx.report(index, line, name);
             }
         }
@@ -184,17 +196,21 @@ fn check_values<'a>(ctx: &mut Ctx, scope: &Scope<'a>, node: Node<'a>, lines: Lin
     }
 }
 
-fn call_matches<'a>(scope: &Scope<'a>, m: &PythonMatcher, args: &Args<'a>, call: Node<'a>) -> bool {
+fn call_matches<'a>(
+    scope: &Scope<'a>,
+    m: &PythonMatcher,
+    marks: Option<&HashMap<usize, ()>>,
+    args: &Args<'a>,
+    call: Node<'a>,
+) -> bool {
     if let Some(spec) = &m.arg {
         if !arg_matches(scope, args, spec) {
             return false;
         }
     }
     if !m.inner_calls.is_empty() {
-        let Some(arguments) = call.child_by_field_name("arguments") else {
-            return false;
-        };
-        if !contains_call(scope, arguments, m) {
+        let arguments = call.child_by_field_name("arguments");
+        if !arguments.is_some_and(|a| marks.is_some_and(|m| m.contains_key(&a.id()))) {
             return false;
         }
     }
@@ -211,32 +227,46 @@ fn arg_matches<'a>(scope: &Scope<'a>, args: &Args<'a>, spec: &ArgSpec) -> bool {
         .is_some_and(|v| spec.accepts(&v))
 }
 
-/// True if the arguments contain a call to one of `m.inner_calls`, directly or through a
-/// name bound to such a call (`x = input(); exec(x)`).
-fn contains_call<'a>(scope: &Scope<'a>, arguments: Node<'a>, m: &PythonMatcher) -> bool {
-    let is_inner = |call: Node<'a>| {
-        call.child_by_field_name("function")
-            .is_some_and(|f| scope.value(f).iter().any(|c| any_glob(&m.inner_calls, c)))
-    };
-    for node in scope.scans.scan(arguments) {
-        match node.kind() {
-            "call" if is_inner(node) => return true,
-            "identifier" => {
-                let name = py_ident(text(node, scope.code));
-                if let Some(bindings) = scope.bindings.get(&name) {
-                    for b in bindings {
-                        if let Binding::Expr(e) = b {
-                            if e.kind() == "call" && is_inner(*e) {
-                                return true;
-                            }
-                        }
-                    }
-                }
-            }
-            _ => {}
+/// For each rule with `inner_calls` (by index): the nodes whose subtree contains a call to
+/// one of them, directly or through a name bound to such a call (`x = input(); exec(x)`).
+fn inner_call_marks<'a>(
+    ctx: &Ctx,
+    scope: &Scope<'a>,
+    order: &Postorder<'a>,
+) -> HashMap<usize, HashMap<usize, ()>> {
+    let mut out = HashMap::new();
+    for (index, rule) in ctx.rules.iter().enumerate() {
+        let Matcher::Python(m) = &rule.matcher else {
+            continue;
+        };
+        if m.inner_calls.is_empty() {
+            continue;
         }
+        let is_inner = |call: Node<'a>| {
+            call.child_by_field_name("function")
+                .is_some_and(|f| scope.value(f).iter().any(|c| any_glob(&m.inner_calls, c)))
+        };
+        let bound_to_inner: HashSet<&str> = scope
+            .bindings
+            .iter()
+            .filter(|(_, bindings)| {
+                bindings
+                    .iter()
+                    .any(|b| matches!(b, Binding::Expr(e) if e.kind() == "call" && is_inner(*e)))
+            })
+            .map(|(name, _)| name.as_str())
+            .collect();
+        let marks = order.subtree_marks(|node| {
+            let own = match node.kind() {
+                "call" => is_inner(node),
+                "identifier" => bound_to_inner.contains(py_ident(text(node, scope.code)).as_str()),
+                _ => false,
+            };
+            own.then_some(())
+        });
+        out.insert(index, marks);
     }
-    false
+    out
 }
 
 /// The arguments of a call.
@@ -340,12 +370,11 @@ struct Scope<'a> {
     consts: HashMap<usize, Rc<str>>,
     const_budget: Cell<usize>,
     relevance: Relevance,
-    scans: ScanBudget,
 }
 
 impl<'a> Scope<'a> {
     fn build(
-        root: Node<'a>,
+        order: &Postorder<'a>,
         code: &'a str,
         inherited: &'a Inherited,
         relevance: Relevance,
@@ -361,15 +390,16 @@ impl<'a> Scope<'a> {
             consts: HashMap::new(),
             const_budget: Cell::new(CONST_BUDGET),
             relevance,
-            scans: ScanBudget::new(),
         };
-        let order: Vec<Node<'a>> = syntax::postorder(root)
-            .into_iter()
+        for node in &order.nodes {
+            scope.collect(*node);
+        }
+        let order: Vec<Node<'a>> = order
+            .nodes
+            .iter()
+            .copied()
             .filter(|n| VALUE_KINDS.contains(&n.kind()))
             .collect();
-        for node in Preorder::new(root) {
-            scope.collect(node);
-        }
         for (name, bindings) in &scope.bindings {
             for binding in bindings {
                 if let Binding::Expr(e) = binding {

