@@ -571,3 +571,45 @@ fn approvals_are_a_resource_the_operator_answers() {
     let (st, v) = s.json("POST", "/v1/approvals/x", r#"{"decision": "maybe"}"#);
     assert_eq!(st, 400, "{v}");
 }
+
+/// A streaming client that goes away interrupts its cell: the session keeps its state and the
+/// next request runs at once instead of waiting for the abandoned cell.
+#[test]
+fn sse_disconnect_interrupts_the_cell() {
+    let s = Server::start(&["--listen", "127.0.0.1:0"]);
+    let body = r#"{"language": "python", "session_id": "d1", "timeout_ms": 120000, "code": "import time\nx = 41\nprint('started', flush=True)\ntime.sleep(100)"}"#;
+    let mut c = TcpStream::connect(&s.addr).unwrap();
+    let head = format!(
+        "POST /v1/execute HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\nContent-Length: {}\r\n\r\n",
+        s.addr,
+        body.len()
+    );
+    c.write_all(head.as_bytes()).unwrap();
+    c.write_all(body.as_bytes()).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !String::from_utf8_lossy(&seen).contains("started") {
+        let n = c.read(&mut buf).unwrap();
+        assert!(
+            n > 0,
+            "stream ended early: {}",
+            String::from_utf8_lossy(&seen)
+        );
+        seen.extend_from_slice(&buf[..n]);
+    }
+    drop(c);
+    // Were the cell not interrupted, this would wait ~100 s for the session (and time out).
+    let started = Instant::now();
+    let (st, v) = s.json(
+        "POST",
+        "/v1/execute",
+        r#"{"language": "python", "session_id": "d1", "code": "result = x + 1"}"#,
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["result"], 42, "the session kept its state: {v}");
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "the abandoned cell was not interrupted"
+    );
+}
