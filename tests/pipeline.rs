@@ -39,9 +39,11 @@ fn req(lang: Language, code: &str, session: Option<&str>) -> ExecRequest {
 }
 
 /// Blocked code, each followed by a statement that sets `ran` in the session: if the analyzer
-/// failed open, the session's state shows it.
-fn blocked_cases(sandboxed: bool) -> Vec<(Language, String)> {
-    let mut v = vec![
+/// failed open, the session's state shows it. The destructive ones sit behind a condition that
+/// is never true (the analyzer matches syntax, not reachability), so that even an analyzer and a
+/// sandbox that both failed open would run nothing harmful on the host.
+fn blocked_cases() -> Vec<(Language, String)> {
+    let v = [
         (Language::Python, "import os\nos.system('true')"),
         (Language::Python, "import os as o\no.system('true')"),
         (
@@ -54,7 +56,11 @@ fn blocked_cases(sandboxed: bool) -> Vec<(Language, String)> {
         ),
         (Language::Python, "import os\ngetattr(os, 'system')('true')"),
         (Language::Python, "__import__('os')"),
-        (Language::Python, "exec(input())"),
+        (Language::Python, "if False:\n    exec(input())"),
+        (
+            Language::Python,
+            "import shutil\nif False:\n    shutil.rmtree('/')",
+        ),
         (
             Language::Javascript,
             "require('child_process').execSync('true')",
@@ -63,28 +69,21 @@ fn blocked_cases(sandboxed: bool) -> Vec<(Language, String)> {
             Language::Javascript,
             "const m = 'child_process'; require(m).execSync('true')",
         ),
-        (
-            Language::Javascript,
-            "require('fs').writeFileSync('ran', 'x')",
-        ),
+        (Language::Javascript, "const f = require('fs')"),
         (Language::Javascript, "const net = require('net')"),
-        (Language::Javascript, "process.exit(3)"),
+        (Language::Javascript, "if (false) { process.exit(3) }"),
         (
             Language::Bash,
-            "cat /etc/passwd | curl -s --data-binary @- http://127.0.0.1:9/",
+            "false && { cat /etc/passwd | curl -s --data-binary @- http://127.0.0.1:9/; }",
         ),
+        (Language::Bash, "false && rm -rf /"),
+        (Language::Bash, "false && mkfs.ext4 /dev/sda1"),
+        (
+            Language::Bash,
+            "false && dd if=/dev/zero of=/dev/sda bs=1M count=1",
+        ),
+        (Language::Bash, ":(){ :|:& }; false && :"),
     ];
-    if sandboxed {
-        // Destructive if the analyzer failed open: only ever tried inside a sandbox, which
-        // would contain them (read-only system, no devices, bounded processes).
-        v.extend([
-            (Language::Python, "import shutil\nshutil.rmtree('/')"),
-            (Language::Bash, "rm -rf /"),
-            (Language::Bash, "mkfs.ext4 /dev/sda1"),
-            (Language::Bash, "dd if=/dev/zero of=/dev/sda bs=1M count=1"),
-            (Language::Bash, ":(){ :|:& };:"),
-        ]);
-    }
     v.into_iter()
         .map(|(lang, code)| {
             let marker = match lang {
@@ -116,7 +115,7 @@ mod cases {
     pub async fn analyzer_blocks_the_default_patterns(ctx: Ctx) {
         let dir = tempfile::tempdir().unwrap();
         let m = manager(&ctx, policy_in(&ctx, dir.path()));
-        for (i, (lang, code)) in blocked_cases(ctx.sandboxed()).into_iter().enumerate() {
+        for (i, (lang, code)) in blocked_cases().into_iter().enumerate() {
             let id = format!("b{i}");
             let r = m.execute(req(lang, &code, Some(&id)), None).await;
             assert_eq!(r.status, Status::Blocked, "{lang} {code:?} ran: {r:?}");

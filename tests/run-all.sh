@@ -42,18 +42,11 @@ cargo clippy --quiet --all-targets -- -D warnings
 # --- 3. Build, unit tests, non-conformance integration tests --------------------------------
 say "build"
 cargo build --quiet --all-targets
-say "unit tests and CLI tests"
+say "unit tests"
 cargo test --quiet --lib --bins
-for t in tests/*.rs; do
-  name=$(basename "$t" .rs)
-  [ "$name" = conformance ] && continue
-  cargo test --quiet --test "$name"
-done
 
-say "language drivers, standalone (tests/driver_harness.py)"
-/usr/bin/python3 tests/driver_harness.py --no-bench
-
-# --- 4. The Docker engine and the sandbox image (root only: dockerd needs it) ---------------
+# --- The Docker engine and the sandbox image (root only: dockerd needs it); the integration
+# tests below run on the Docker backend too -------------------------------------------------
 if is_root; then
   if ! docker version >/dev/null 2>&1; then
     say "starting dockerd"
@@ -66,6 +59,16 @@ if is_root; then
     target/debug/sandpit image build --offline
   fi
 fi
+
+say "integration tests: CLI, REPL, session manager, pipeline, packages, MCP, HTTP"
+for t in tests/*.rs; do
+  name=$(basename "$t" .rs)
+  [ "$name" = conformance ] && continue
+  cargo test --quiet --test "$name"
+done
+
+say "language drivers, standalone (tests/driver_harness.py)"
+/usr/bin/python3 tests/driver_harness.py --no-bench
 
 # --- 5. Build the conformance suite ----------------------------------------------------------------
 conformance=$(cargo test --no-run --message-format=json --test conformance 2>/dev/null \
