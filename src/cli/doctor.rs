@@ -34,6 +34,7 @@ pub fn doctor(json: bool, policy: &Policy, source: &ConfigSource) -> ExitCode {
             "auto": auto.as_ref().map(|k| k.as_str()).ok(),
             "auto_detail": auto_text,
             "config": { "file": source.file, "env_overrides": source.env_overrides, "effective": policy },
+            "pipeline": pipeline_summary(policy),
         });
         super::print_stdout(&format!(
             "{}\n",
@@ -53,6 +54,11 @@ pub fn doctor(json: bool, policy: &Policy, source: &ConfigSource) -> ExitCode {
         }
     }
     let _ = writeln!(o, "\n`-b auto` picks: {auto_text}\n");
+    let _ = writeln!(o, "Pipeline:");
+    for line in pipeline_summary(policy) {
+        let _ = writeln!(o, "  {line}");
+    }
+    let _ = writeln!(o);
     let _ = writeln!(
         o,
         "Configuration: {}",
@@ -77,4 +83,75 @@ pub fn doctor(json: bool, policy: &Policy, source: &ConfigSource) -> ExitCode {
     }
     super::print_stdout(&o);
     ExitCode::SUCCESS
+}
+
+/// What the pipeline around each execution will do with this policy, one line per stage.
+fn pipeline_summary(policy: &crate::policy::Policy) -> Vec<String> {
+    use crate::pipeline::analyzer::Analyzer;
+    use crate::types::Language;
+    let mut out = Vec::new();
+    match Analyzer::builtin() {
+        Ok(a) => {
+            let langs: Vec<String> = [Language::Python, Language::Javascript, Language::Bash]
+                .into_iter()
+                .map(|l| {
+                    format!(
+                        "{l} {} ({} rules)",
+                        policy.analyzer.mode_for(l).as_str(),
+                        a.rules(l).len()
+                    )
+                })
+                .collect();
+            out.push(format!("analyzer: {}", langs.join(", ")));
+            let failing = a.check_examples();
+            if !failing.is_empty() {
+                out.push(format!(
+                    "analyzer: {} rule examples do not behave as documented: {}",
+                    failing.len(),
+                    failing.join("; ")
+                ));
+            }
+        }
+        Err(e) => out.push(format!("analyzer: the rules do not load: {e}")),
+    }
+    let r = &policy.redaction;
+    out.push(if r.enabled {
+        format!(
+            "redaction: on; {} configured values, {} environment variables{}",
+            r.values.len(),
+            r.env.len(),
+            if r.builtin_patterns {
+                format!(
+                    ", {} built-in patterns",
+                    crate::pipeline::redact::Redactor::builtin_pattern_ids()
+                        .map(|p| p.len())
+                        .unwrap_or(0)
+                )
+            } else {
+                String::new()
+            }
+        )
+    } else {
+        "redaction: OFF".into()
+    });
+    out.push(
+        format!(
+            "approval: {:?} (timeout {} ms)",
+            policy.approval.mode, policy.approval.timeout_ms
+        )
+        .to_lowercase(),
+    );
+    out.push(if policy.audit.enabled {
+        format!(
+            "audit: {}",
+            if policy.audit.path.is_empty() {
+                policy.state_dir().join("audit.jsonl").display().to_string()
+            } else {
+                policy.audit.path.clone()
+            }
+        )
+    } else {
+        "audit: off".into()
+    });
+    out
 }
