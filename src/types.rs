@@ -92,9 +92,13 @@ pub struct OutputFile {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RequestLimits {
+    #[schema(minimum = 1)]
     pub memory_mb: Option<u64>,
+    #[schema(exclusive_minimum = 0.0)]
     pub cpus: Option<f64>,
+    #[schema(minimum = 1)]
     pub pids: Option<u64>,
+    #[schema(minimum = 1)]
     pub output_bytes: Option<u64>,
 }
 
@@ -110,10 +114,14 @@ fn default_user() -> String {
 #[serde(deny_unknown_fields)]
 pub struct ExecRequest {
     pub language: Language,
+    /// The code to run (no NUL bytes).
     pub code: String,
+    /// Created on first use, reused after: 1-128 letters, digits, `-`, `_`, `.`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = r"^[A-Za-z0-9._-]{1,128}$")]
     pub session_id: Option<String>,
     #[serde(default = "default_timeout_ms")]
+    #[schema(minimum = 100, maximum = 300000)]
     pub timeout_ms: u64,
     #[serde(default)]
     pub input_data: BTreeMap<String, serde_json::Value>,
@@ -121,7 +129,9 @@ pub struct ExecRequest {
     pub files: Vec<FileSpec>,
     #[serde(default)]
     pub output_files: Vec<String>,
+    /// pip (python) or npm (javascript) packages, e.g. `requests`, `numpy==1.26.4`, `lodash`.
     #[serde(default)]
+    #[schema(max_items = 50)]
     pub packages: Vec<String>,
     #[serde(default)]
     pub network: bool,
