@@ -5,7 +5,7 @@
 use crate::backend::{self, BackendChoice, BackendKind};
 use crate::policy::Policy;
 use crate::session::{ExecOptions, Session, SessionConfig};
-use crate::types::Language;
+use crate::types::{ExecRequest, Language};
 use clap::Args;
 use serde::Serialize;
 use std::io::{BufRead, Write};
@@ -57,7 +57,6 @@ fn own_rss_kb() -> u64 {
 /// answering 1000 requests queued at once (10 running, the rest waiting).
 async fn load(policy: Policy, backends: &[String]) -> ExitCode {
     use crate::session::manager::{ManagerConfig, SessionManager};
-    use crate::types::ExecRequest;
     let choice = match backends.first().map(|b| b.parse::<BackendChoice>()) {
         Some(Ok(c)) => c,
         Some(Err(e)) => {
@@ -220,9 +219,69 @@ pub struct McpFigures {
 #[derive(Debug, Serialize)]
 pub struct Report {
     pub baselines: Vec<Baseline>,
+    /// The pipeline's own cost per cell (no sandbox): analyzer, result redaction, audit line.
+    pub pipeline: Vec<PipelineFigures>,
     pub mcp: Option<McpFigures>,
     pub docker_baseline: Option<DockerBaseline>,
     pub backends: Vec<BackendFigures>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PipelineFigures {
+    pub language: Language,
+    /// `Pipeline::admit` (analyzer) + `Pipeline::finish` (redaction, audit append) of the warm
+    /// cell's code and a small result.
+    pub per_cell: Stats,
+}
+
+/// The pipeline around a cell, measured alone: what every execution pays on top of the sandbox.
+async fn pipeline_figures(
+    policy: &Policy,
+    warm: usize,
+) -> std::result::Result<Vec<PipelineFigures>, String> {
+    use crate::pipeline::gate::{Caller, Pipeline};
+    let dir = std::env::temp_dir().join(format!("sandpit-bench-audit-{}", std::process::id()));
+    let mut policy = policy.clone();
+    policy.audit.path = dir.join("audit.jsonl").display().to_string();
+    let pipeline = Pipeline::from_policy(&policy).map_err(|e| e.to_string())?;
+    let caller = Caller {
+        interface: "bench",
+        backend: "none",
+        session_trusted: false,
+        approver: None,
+    };
+    let mut out = Vec::new();
+    for lang in [Language::Python, Language::Javascript, Language::Bash] {
+        let (_, step) = warm_code(lang);
+        let mut req = ExecRequest::new(lang, step);
+        req.session_id = Some("bench".into());
+        let mut times = Vec::new();
+        for i in 0..warm + 20 {
+            let t = Instant::now();
+            let admission = pipeline
+                .admit(&req, "default", caller)
+                .await
+                .map_err(|e| e.to_string())?;
+            let mut r = crate::types::ExecResult::from_error(
+                lang,
+                "none",
+                &crate::Error::sandbox("placeholder"),
+            );
+            r.error = None;
+            r.stdout = "42\n".into();
+            r.result = Some(serde_json::json!({"x": 42}));
+            pipeline.finish(&req, "default", caller, &admission, &mut r);
+            if i >= 20 {
+                times.push(t.elapsed());
+            }
+        }
+        out.push(PipelineFigures {
+            language: lang,
+            per_cell: stats(times),
+        });
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(out)
 }
 
 /// Drives `sandpit mcp -b KIND` over its stdio the way a client does.
@@ -647,6 +706,13 @@ pub async fn bench(args: BenchArgs, policy: Policy) -> ExitCode {
             BackendChoice::Only(k) => Some(k),
             BackendChoice::Auto => None,
         });
+    let pipeline = match pipeline_figures(&policy, args.warm).await {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("sandpit bench: pipeline: {e}");
+            Vec::new()
+        }
+    };
     let mcp = match mcp_kind {
         Some(k) => {
             let warm = args.warm;
@@ -666,6 +732,7 @@ pub async fn bench(args: BenchArgs, policy: Policy) -> ExitCode {
     };
     let report = Report {
         baselines,
+        pipeline,
         mcp,
         docker_baseline,
         backends,
@@ -690,6 +757,24 @@ pub async fn bench(args: BenchArgs, policy: Policy) -> ExitCode {
             b.bare_warm.p50_ms,
             b.bare_warm.p99_ms,
             b.bare_pss_kb.map(|v| v.to_string()).unwrap_or_default()
+        );
+    }
+    if !report.pipeline.is_empty() {
+        let parts: Vec<String> = report
+            .pipeline
+            .iter()
+            .map(|p| {
+                format!(
+                    "{} p50 {:.1} us, p99 {:.1} us",
+                    p.language,
+                    p.per_cell.p50_ms * 1000.0,
+                    p.per_cell.p99_ms * 1000.0
+                )
+            })
+            .collect();
+        println!(
+            "\nPipeline per cell (analyzer + redaction + audit line, no sandbox): {}",
+            parts.join("; ")
         );
     }
     if let Some(m) = &report.mcp {
