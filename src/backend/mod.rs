@@ -15,6 +15,8 @@ pub mod docker;
 #[cfg(target_os = "linux")]
 pub mod linux;
 pub mod pty_spawn;
+#[cfg(unix)]
+pub mod session_dirs;
 pub mod unsandboxed;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

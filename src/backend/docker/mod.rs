@@ -342,10 +342,18 @@ impl DockerBackend {
             std::fs::create_dir_all(d)
                 .map_err(|e| Error::io(format!("create {}", d.display()), e))?;
         }
+        // Directories of sandpit processes that died without cleaning up go first.
+        static SWEPT: std::sync::Once = std::sync::Once::new();
+        SWEPT.call_once(|| {
+            super::session_dirs::sweep(&spec.state_dir.join("docker"));
+        });
+        let owner = super::session_dirs::claim(&base)
+            .map_err(|e| Error::io(format!("lock {}", base.display()), e))?;
         let mut guard = DirGuard {
             base: base.clone(),
             docker: self.docker.clone(),
             container: None,
+            owner: Some(owner),
         };
         prepare_workspace(&workspace)?;
         for f in ["req", "resp"] {
@@ -583,14 +591,17 @@ struct DirGuard {
     base: PathBuf,
     docker: Docker,
     container: Option<String>,
+    /// Held until the directory is gone, so no other process's sweep takes it for a leftover.
+    owner: Option<super::session_dirs::OwnerLock>,
 }
 
 impl DirGuard {
-    async fn remove(self) {
-        if let Some(id) = &self.container {
-            remove_container(&self.docker, id).await;
+    async fn remove(mut self) {
+        if let Some(id) = self.container.take() {
+            remove_container(&self.docker, &id).await;
         }
         let _ = std::fs::remove_dir_all(&self.base);
+        self.owner.take();
     }
 }
 
@@ -599,11 +610,15 @@ impl Drop for DirGuard {
         if let Some(id) = self.container.take() {
             let docker = self.docker.clone();
             let base = self.base.clone();
+            let owner = self.owner.take();
             let remove = async move {
                 remove_container(&docker, &id).await;
                 let _ = std::fs::remove_dir_all(&base);
+                drop(owner);
             };
             run_detached(remove);
+        } else if self.owner.is_some() {
+            let _ = std::fs::remove_dir_all(&self.base);
         }
     }
 }

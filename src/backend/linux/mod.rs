@@ -277,8 +277,15 @@ impl LinuxBackend {
         mkdir(&spec.state_dir, 0o711)?;
         check_owner(&spec.state_dir, uid)?;
         mkdir(&sessions, 0o711)?;
+        // Directories of sandpit processes that died without cleaning up go first.
+        static SWEPT_DIRS: std::sync::Once = std::sync::Once::new();
+        SWEPT_DIRS.call_once(|| {
+            super::session_dirs::sweep(&sessions);
+        });
         let base = sessions.join(&name);
         mkdir(&base, if is_root { 0o711 } else { 0o700 })?;
+        let owner = super::session_dirs::claim(&base)
+            .map_err(|e| Error::io(format!("lock {}", base.display()), e))?;
         let dirs = SessionDirs {
             workspace: spec
                 .workspace
@@ -292,6 +299,7 @@ impl LinuxBackend {
             base: base.clone(),
             cgroup: None,
             uid: None,
+            _owner: owner,
         };
         for d in [&dirs.workspace, &dirs.tmp, &dirs.home, &dirs.root] {
             if spec.workspace.as_ref() != Some(d) {
@@ -411,6 +419,8 @@ struct SessionGuard {
     base: PathBuf,
     cgroup: Option<cgroup::Cgroup>,
     uid: Option<uid::UidLease>,
+    /// Released (as a field, after `drop` removed the directory) when the session ends.
+    _owner: super::session_dirs::OwnerLock,
 }
 
 impl Drop for SessionGuard {

@@ -1,0 +1,116 @@
+//! Per-session directories under the state directory, and the sweep of those whose owner died.
+//!
+//! A sandpit process holds an exclusive `flock` on `<session dir>/.owner` for as long as the
+//! session lives; the kernel drops the lock when the process dies, however it dies (SIGKILL
+//! included). When a backend starts, directories whose lock can be taken and that are older
+//! than a minute are leftovers and are removed. The age check covers the moment between
+//! creating a directory and locking it.
+
+use std::fs::File;
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+use std::time::Duration;
+
+/// A session directory this process owns; dropping it releases the lock.
+#[derive(Debug)]
+pub struct OwnerLock {
+    _file: File,
+}
+
+const OWNER: &str = ".owner";
+const MIN_AGE: Duration = Duration::from_secs(60);
+
+/// Marks `dir` (already created) as owned by this process.
+pub fn claim(dir: &Path) -> std::io::Result<OwnerLock> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(dir.join(OWNER))?;
+    // SAFETY: flock on a descriptor `file` keeps open.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(OwnerLock { _file: file })
+}
+
+/// Removes the directories under `parent` whose owner is gone. Returns how many.
+pub fn sweep(parent: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for e in entries.flatten() {
+        let path = e.path();
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        let old = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age >= MIN_AGE);
+        if !meta.is_dir() || !old || owned(&path) {
+            continue;
+        }
+        match std::fs::remove_dir_all(&path) {
+            Ok(()) => removed += 1,
+            Err(err) => {
+                tracing::debug!(path = %path.display(), error = %err, "could not remove a stale session directory")
+            }
+        }
+    }
+    if removed > 0 {
+        tracing::info!(
+            parent = %parent.display(),
+            removed,
+            "removed session directories left by sandpit processes that died"
+        );
+    }
+    removed
+}
+
+/// Whether a live process holds `dir`'s owner lock.
+fn owned(dir: &Path) -> bool {
+    let Ok(file) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(dir.join(OWNER))
+    else {
+        // No lock file: made by an older sandpit, or not ours to judge by; old enough to go.
+        return false;
+    };
+    // SAFETY: flock on a descriptor `file` keeps open; the lock dies with it when it closes.
+    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) != 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claimed_directories_are_kept_and_abandoned_ones_removed() {
+        let parent = tempfile::tempdir().unwrap();
+        let live = parent.path().join("live");
+        let dead = parent.path().join("dead");
+        let young = parent.path().join("young");
+        for d in [&live, &dead, &young] {
+            std::fs::create_dir(d).unwrap();
+            std::fs::write(d.join("file"), "x").unwrap();
+        }
+        let _lock = claim(&live).unwrap();
+        drop(claim(&dead).unwrap());
+        // Age the two that should be judged (a minute old).
+        let past = std::time::SystemTime::now() - Duration::from_secs(120);
+        for d in [&live, &dead] {
+            let f = File::open(d).unwrap();
+            f.set_modified(past).unwrap();
+        }
+        // A second claim on a live directory fails: it is taken.
+        assert!(claim(&live).is_err());
+        assert_eq!(sweep(parent.path()), 1);
+        assert!(live.exists() && young.exists() && !dead.exists());
+    }
+}
