@@ -31,6 +31,8 @@ pub struct AuditSettings {
     pub keep: u32,
 }
 
+const UNWRITABLE_HINT: &str = "set SANDPIT_AUDIT_PATH to a file you can write, or SANDPIT_AUDIT=false to run without an audit trail";
+
 /// One line of the audit trail.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct AuditRecord {
@@ -100,7 +102,15 @@ impl AuditLog {
                     .recursive(true)
                     .mode(0o700)
                     .create(dir)
-                    .map_err(|e| Error::io(format!("create {}", dir.display()), e))?;
+                    .map_err(|e| {
+                        Error::io(
+                            format!(
+                                "create the audit log's directory {} ({UNWRITABLE_HINT})",
+                                dir.display()
+                            ),
+                            e,
+                        )
+                    })?;
             }
         }
         let log = AuditLog {
@@ -128,7 +138,15 @@ impl AuditLog {
             .mode(0o600)
             .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
             .open(&self.path)
-            .map_err(|e| Error::io(format!("open the audit log {}", self.path.display()), e))
+            .map_err(|e| {
+                Error::io(
+                    format!(
+                        "open the audit log {} ({UNWRITABLE_HINT})",
+                        self.path.display()
+                    ),
+                    e,
+                )
+            })
     }
 
     /// Appends one record.
