@@ -214,6 +214,50 @@ pub struct McpFigures {
     pub execute_code: Stats,
     /// `ping` round trip to the same server: the JSON-RPC cost alone.
     pub ping: Stats,
+    /// The same cell through the library as an embedder calls it (`SessionManager::execute`,
+    /// with the same pipeline as the MCP server), in this process.
+    pub library_manager: Option<Stats>,
+}
+
+/// `x += 1` through `SessionManager::execute` (the pipeline included), as a Rust embedder
+/// calls it: the library side of the MCP comparison.
+async fn manager_figures(
+    policy: &Policy,
+    kind: BackendKind,
+    warm: usize,
+) -> std::result::Result<Stats, String> {
+    use crate::session::manager::{ManagerConfig, SessionManager};
+    let m = SessionManager::new(
+        policy.clone(),
+        BackendChoice::Only(kind),
+        ManagerConfig::default(),
+    )
+    .await
+    .map_err(|e| e.message_with_hint())?;
+    let req = |code: &str| {
+        let mut r = ExecRequest::new(Language::Python, code);
+        r.session_id = Some("bench".into());
+        r
+    };
+    let first = m.execute(req("x = 0"), None).await;
+    if let Some(e) = first.error {
+        m.shutdown().await;
+        return Err(e.message);
+    }
+    let mut times = Vec::new();
+    for i in 0..warm.min(500) + 20 {
+        let t = Instant::now();
+        let r = m.execute(req("x += 1"), None).await;
+        if i >= 20 {
+            times.push(t.elapsed());
+        }
+        if r.status != crate::types::Status::Ok {
+            m.shutdown().await;
+            return Err(format!("{:?}", r.error));
+        }
+    }
+    m.shutdown().await;
+    Ok(stats(times))
 }
 
 #[derive(Debug, Serialize)]
@@ -352,6 +396,7 @@ fn mcp_figures(kind: BackendKind, warm: usize) -> std::result::Result<McpFigures
         backend: kind.as_str().into(),
         execute_code: stats(execs),
         ping: stats(pings),
+        library_manager: None,
     })
 }
 
@@ -716,8 +761,15 @@ pub async fn bench(args: BenchArgs, policy: Policy) -> ExitCode {
     let mcp = match mcp_kind {
         Some(k) => {
             let warm = args.warm;
+            let library = manager_figures(&policy, k, warm).await;
             match tokio::task::spawn_blocking(move || mcp_figures(k, warm)).await {
-                Ok(Ok(f)) => Some(f),
+                Ok(Ok(mut f)) => {
+                    match library {
+                        Ok(l) => f.library_manager = Some(l),
+                        Err(e) => eprintln!("sandpit bench: library (SessionManager): {e}"),
+                    }
+                    Some(f)
+                }
                 Ok(Err(e)) => {
                     eprintln!("sandpit bench: mcp: {e}");
                     None
@@ -786,11 +838,18 @@ pub async fn bench(args: BenchArgs, policy: Policy) -> ExitCode {
             .map(|l| l.warm.p50_ms)
             .unwrap_or(0.0);
         println!(
-            "\nMCP (sandpit mcp -b {}, client over stdio): execute_code `x += 1` p50 {:.3} ms, p99 {:.3} ms; ping p50 {:.3} ms; library warm p50 {:.3} ms; ratio to library + ping: {:.2}x",
-            m.backend,
-            m.execute_code.p50_ms,
-            m.execute_code.p99_ms,
-            m.ping.p50_ms,
+            "\nMCP (sandpit mcp -b {}, client over stdio): execute_code `x += 1` p50 {:.3} ms, p99 {:.3} ms; ping p50 {:.3} ms",
+            m.backend, m.execute_code.p50_ms, m.execute_code.p99_ms, m.ping.p50_ms,
+        );
+        if let Some(l) = &m.library_manager {
+            println!(
+                "  library SessionManager::execute (same pipeline) p50 {:.3} ms: MCP is {:.2}x library + ping",
+                l.p50_ms,
+                m.execute_code.p50_ms / (l.p50_ms + m.ping.p50_ms).max(1e-9)
+            );
+        }
+        println!(
+            "  bare Session::execute (no manager, no pipeline) p50 {:.3} ms: MCP is {:.2}x that + ping",
             lib,
             m.execute_code.p50_ms / (lib + m.ping.p50_ms).max(1e-9)
         );

@@ -256,8 +256,11 @@ impl std::fmt::Debug for Literals {
 // Loading
 
 fn compile(id: &str, src: &str, multi_line: bool) -> Result<Regex, RedactError> {
+    // Secrets are ASCII: byte-oriented classes compile ~10x faster than Unicode ones, and every
+    // process pays the compile once (`sandpit run` included).
     RegexBuilder::new(src)
         .multi_line(multi_line)
+        .unicode(false)
         .build()
         .map_err(|e| RedactError::Pattern {
             id: id.to_string(),
