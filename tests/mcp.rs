@@ -709,3 +709,45 @@ fn mcp_official_python_sdk_answers_approval() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `notifications/cancelled` for a running `execute_code` interrupts the cell; the session keeps
+/// its state and the next call runs at once.
+#[test]
+fn mcp_cancellation_interrupts_the_cell() {
+    let mut s = Server::start(backend());
+    s.initialize("2025-06-18");
+    let id = s.next_id;
+    s.next_id += 1;
+    s.send(
+        &json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": "execute_code",
+        "arguments": {"language": "python", "session_id": "c1", "timeout_ms": 120000,
+                      "code": "import time\nx = 41\ntime.sleep(100)"}}}),
+    );
+    // Cancel once the cell runs (the session shows busy).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let l = s.call("list_sessions", json!({}));
+        if l["structuredContent"]["sessions"][0]["state"] == "busy" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the cell never started: {l}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    s.send(
+        &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                   "params": {"requestId": id, "reason": "test"}}),
+    );
+    let started = Instant::now();
+    let r = s.call(
+        "execute_code",
+        json!({"language": "python", "session_id": "c1", "code": "result = x + 1"}),
+    );
+    assert_eq!(r["structuredContent"]["result"], 42, "{r}");
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "the cancelled cell was not interrupted"
+    );
+    s.close_and_wait();
+}

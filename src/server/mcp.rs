@@ -94,7 +94,11 @@ impl ServerHandler for SandpitMcp {
     ) -> Result<CallToolResponse, McpError> {
         let args = request.arguments.unwrap_or_default();
         let result = match request.name.as_ref() {
-            "execute_code" => self.execute_code(args, context.peer.clone()).await,
+            "execute_code" => {
+                let cancelled = context.ct.clone().cancelled_owned();
+                self.execute_code(args, context.peer.clone(), cancelled)
+                    .await
+            }
             "list_sessions" => self.list_sessions(args).await,
             "kill_session" => self.kill_session(args).await,
             other => {
@@ -191,18 +195,34 @@ fn decision_from_elicitation(
 }
 
 impl SandpitMcp {
-    async fn execute_code(&self, args: JsonObject, peer: Peer<RoleServer>) -> CallToolResult {
+    /// `cancelled` completes when the client sends `notifications/cancelled` for this call: the
+    /// running cell is then interrupted (the session keeps its state).
+    async fn execute_code(
+        &self,
+        args: JsonObject,
+        peer: Peer<RoleServer>,
+        cancelled: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> CallToolResult {
         let req = match exec_request(args) {
             Ok(req) => req,
             Err(message) => return invalid_arguments("execute_code", &message),
         };
         tracing::debug!(language = %req.language, session = ?req.session_id, "execute_code");
+        let cancel = Arc::new(tokio::sync::Notify::new());
+        let watcher = {
+            let cancel = cancel.clone();
+            tokio::spawn(async move {
+                cancelled.await;
+                cancel.notify_one();
+            })
+        };
         let via = Via {
             interface: "mcp",
             approver: Some(Arc::new(ElicitingApprover { peer })),
-            cancel: None,
+            cancel: Some(cancel.clone()),
         };
         let result = self.manager.execute_via(req, None, via).await;
+        watcher.abort();
         let text = render_result(&result);
         let structured = match serde_json::to_value(&result) {
             Ok(v) => v,
