@@ -12,6 +12,14 @@ use std::path::{Path, PathBuf};
 
 const DEFAULT_POLICY: &str = include_str!("../profiles/default-policy.toml");
 
+/// The smallest limits every interpreter starts with on every backend (measured: below 64 MB
+/// the native helper or node fail to start, node needs about ten threads), for the policy and
+/// for requests.
+pub const MIN_MEMORY_MB: u64 = 64;
+pub const MIN_PIDS: u64 = 16;
+pub const MIN_OUTPUT_BYTES: u64 = 64;
+pub const MIN_CPUS: f64 = 0.01;
+
 /// The lowest and highest `timeout_ms` a request may ask for (`interface.md` §1).
 pub const TIMEOUT_RANGE_MS: std::ops::RangeInclusive<u64> = 100..=300_000;
 
@@ -179,15 +187,15 @@ impl Policy {
                 self.packages.install_timeout_ms
             )));
         }
-        if l.memory_mb < 16
-            || l.pids < 4
-            || l.output_bytes < 64
-            || l.cpus <= 0.0
+        if l.memory_mb < MIN_MEMORY_MB
+            || l.pids < MIN_PIDS
+            || l.output_bytes < MIN_OUTPUT_BYTES
+            || l.cpus < MIN_CPUS
             || l.open_files < 16
         {
-            return Err(Error::Config(
-                "limits are too small to start an interpreter (memory_mb >= 16, pids >= 4, output_bytes >= 64, cpus > 0, open_files >= 16)".into(),
-            ));
+            return Err(Error::Config(format!(
+                "limits are too small to start an interpreter (memory_mb >= {MIN_MEMORY_MB}, pids >= {MIN_PIDS}, output_bytes >= {MIN_OUTPUT_BYTES}, cpus >= {MIN_CPUS}, open_files >= 16)"
+            )));
         }
         Ok(())
     }
@@ -218,30 +226,42 @@ impl Policy {
             ));
         }
         let l = &req.limits;
-        let over = |name: &str, asked: f64, max: f64| -> Result<()> {
+        // Below these an interpreter cannot start (and Docker refuses under 6 MB / 0.01 CPU):
+        // the request is wrong, not the sandbox.
+        let within = |name: &str, asked: f64, min: f64, max: f64| -> Result<()> {
             if asked > max {
                 return Err(Error::PolicyDenied(format!(
                     "limits.{name} {asked} exceeds the policy maximum {max}"
                 )));
             }
-            if asked <= 0.0 {
+            if asked.is_nan() || asked < min {
                 return Err(Error::InvalidRequest(format!(
-                    "limits.{name} must be positive"
+                    "limits.{name} {asked} is below the minimum {min} an interpreter needs"
                 )));
             }
             Ok(())
         };
         if let Some(v) = l.memory_mb {
-            over("memory_mb", v as f64, self.limits.memory_mb as f64)?;
+            within(
+                "memory_mb",
+                v as f64,
+                MIN_MEMORY_MB as f64,
+                self.limits.memory_mb as f64,
+            )?;
         }
         if let Some(v) = l.cpus {
-            over("cpus", v, self.limits.cpus)?;
+            within("cpus", v, MIN_CPUS, self.limits.cpus)?;
         }
         if let Some(v) = l.pids {
-            over("pids", v as f64, self.limits.pids as f64)?;
+            within("pids", v as f64, MIN_PIDS as f64, self.limits.pids as f64)?;
         }
         if let Some(v) = l.output_bytes {
-            over("output_bytes", v as f64, self.limits.output_bytes as f64)?;
+            within(
+                "output_bytes",
+                v as f64,
+                MIN_OUTPUT_BYTES as f64,
+                self.limits.output_bytes as f64,
+            )?;
         }
         for key in req.input_data.keys() {
             if !is_identifier(key) {
@@ -438,6 +458,48 @@ mod tests {
         assert!(apply_env(&mut v, |k| (k == "SANDPIT_PIDS")
             .then(|| "lots".to_string()))
         .is_err());
+    }
+
+    #[test]
+    fn requests_below_what_an_interpreter_needs_are_invalid() {
+        let p = Policy::default();
+        for limits in [
+            RequestLimits {
+                memory_mb: Some(1),
+                ..Default::default()
+            },
+            RequestLimits {
+                pids: Some(4),
+                ..Default::default()
+            },
+            RequestLimits {
+                cpus: Some(5e-324),
+                ..Default::default()
+            },
+            RequestLimits {
+                cpus: Some(f64::NAN),
+                ..Default::default()
+            },
+            RequestLimits {
+                output_bytes: Some(1),
+                ..Default::default()
+            },
+        ] {
+            let mut req = ExecRequest::new(Language::Bash, "true");
+            req.limits = limits.clone();
+            assert!(
+                matches!(p.validate(&req), Err(Error::InvalidRequest(_))),
+                "{limits:?} accepted"
+            );
+        }
+        let mut req = ExecRequest::new(Language::Bash, "true");
+        req.limits = RequestLimits {
+            memory_mb: Some(MIN_MEMORY_MB),
+            pids: Some(MIN_PIDS),
+            cpus: Some(MIN_CPUS),
+            output_bytes: Some(MIN_OUTPUT_BYTES),
+        };
+        p.validate(&req).unwrap();
     }
 
     #[test]

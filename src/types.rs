@@ -92,13 +92,17 @@ pub struct OutputFile {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RequestLimits {
-    #[schema(minimum = 1)]
+    /// At least 64 (`policy::MIN_MEMORY_MB`): below that not every interpreter starts.
+    #[schema(minimum = 64)]
     pub memory_mb: Option<u64>,
-    #[schema(exclusive_minimum = 0.0)]
+    /// At least 0.01 (Docker's smallest CPU quota).
+    #[schema(minimum = 0.01)]
     pub cpus: Option<f64>,
-    #[schema(minimum = 1)]
+    /// At least 16: node alone starts about ten threads, and threads count.
+    #[schema(minimum = 16)]
     pub pids: Option<u64>,
-    #[schema(minimum = 1)]
+    /// At least 64.
+    #[schema(minimum = 64)]
     pub output_bytes: Option<u64>,
 }
 
