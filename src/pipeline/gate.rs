@@ -103,15 +103,6 @@ impl Pipeline {
         })
     }
 
-    /// A pipeline that checks nothing and records nothing (tests of the layers below).
-    pub fn disabled() -> Result<Pipeline> {
-        let mut policy = Policy::default();
-        policy.analyzer.mode = Mode::Off;
-        policy.redaction.enabled = false;
-        policy.audit.enabled = false;
-        Self::from_policy(&policy)
-    }
-
     pub fn redactor(&self) -> &Arc<Redactor> {
         &self.redactor
     }
