@@ -71,8 +71,18 @@ say "language drivers, standalone (tests/driver_harness.py)"
 /usr/bin/python3 tests/driver_harness.py --no-bench
 
 # --- 5. Build the conformance suite ----------------------------------------------------------------
+# Cargo also reports the sandpit binary (integration tests depend on it), in no fixed order:
+# pick the artifact whose target is the conformance test itself.
 conformance=$(cargo test --no-run --message-format=json --test conformance 2>/dev/null \
-  | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
+  | /usr/bin/python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    t = m.get("target") or {}
+    if m.get("reason") == "compiler-artifact" and t.get("name") == "conformance" \
+            and "test" in t.get("kind", []) and m.get("executable"):
+        print(m["executable"])
+' | tail -n 1)
 [ -x "$conformance" ] || { echo "could not build the conformance suite" >&2; exit 1; }
 bindir=$(mktemp -d /tmp/sandpit-test-bin.XXXXXX)
 trap 'rm -rf "$bindir"' EXIT
