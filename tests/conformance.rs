@@ -310,12 +310,26 @@ mod functional {
             encoding: Default::default(),
         });
         std::fs::create_dir_all("/tmp").ok();
-        req.code = format!("import os\nos.makedirs('out', exist_ok=True)\n{}", req.code);
-        req.output_files = vec!["out/b.txt".into(), "missing.txt".into(), "../escape".into()];
+        // The code owns what sandpit wrote in: it may change the file and add to its directory
+        // (as root the host writes them, the sandbox runs under another uid).
+        req.code = format!(
+            "import os\nos.makedirs('out', exist_ok=True)\n{}\n\
+             open('in/a.txt', 'a').write('!')\nopen('in/c.txt', 'w').write('new')",
+            req.code
+        );
+        req.output_files = vec![
+            "out/b.txt".into(),
+            "in/a.txt".into(),
+            "in/c.txt".into(),
+            "missing.txt".into(),
+            "../escape".into(),
+        ];
         let r = ctx.request(req).await;
         assert_eq!(r.status, Status::Ok, "{r:?}");
-        assert_eq!(r.files.len(), 1);
+        assert_eq!(r.files.len(), 3, "{r:?}");
         assert_eq!(r.files[0].content, "HELLO");
+        assert_eq!(r.files[1].content, "hello!");
+        assert_eq!(r.files[2].content, "new");
         assert_eq!(
             r.warnings
                 .iter()

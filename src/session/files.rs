@@ -2,13 +2,17 @@
 //! workspace, so every path is resolved by the kernel with `openat2(RESOLVE_BENEATH |
 //! RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)` from a descriptor of the workspace: no `..`,
 //! absolute path or symlink (even one swapped in mid-way) can make the host read or write
-//! outside it. Output files must be regular files (no FIFOs, devices) and are size-capped.
+//! outside it. Input files are written under a fresh name and renamed into place, so a hard link
+//! planted at their path is replaced, never written through. Output files must be regular files
+//! with a single link (no FIFOs, devices, or hard links that could name a file elsewhere) and are
+//! size-capped.
 
 use crate::error::{Error, Result};
 use crate::types::{Encoding, FileSpec, OutputFile};
 use base64::Engine as _;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path};
 
 /// The largest file read back.
@@ -61,10 +65,35 @@ fn open_dir(p: &Path) -> std::io::Result<OwnedFd> {
     Ok(std::fs::File::open(p)?.into())
 }
 
+/// Hands something sandpit created to the owner of `owner_meta` when sandpit runs as another
+/// user (root serving sandboxes with their own uids); a no-op when the owner is sandpit itself.
+fn give_to(
+    owner_meta: &std::fs::Metadata,
+    chown: impl FnOnce(Option<nix::unistd::Uid>, Option<nix::unistd::Gid>) -> nix::Result<()>,
+) -> std::io::Result<()> {
+    let (uid, gid) = (owner_meta.uid(), owner_meta.gid());
+    if uid == nix::unistd::geteuid().as_raw() && gid == nix::unistd::getegid().as_raw() {
+        return Ok(());
+    }
+    chown(
+        Some(nix::unistd::Uid::from_raw(uid)),
+        Some(nix::unistd::Gid::from_raw(gid)),
+    )
+    .map_err(std::io::Error::from)
+}
+
 /// Writes the request's files into the workspace, creating parent directories.
 pub fn write_inputs(workspace: &Path, files: &[FileSpec]) -> Result<()> {
     let root = open_dir(workspace)
         .map_err(|e| Error::io(format!("open workspace {}", workspace.display()), e))?;
+    // What sandpit creates belongs to the workspace's owner (the sandbox's uid), so the code can
+    // change and remove it like its own files.
+    let owner = std::fs::File::from(
+        root.try_clone()
+            .map_err(|e| Error::io("dup workspace", e))?,
+    )
+    .metadata()
+    .map_err(|e| Error::io(format!("stat workspace {}", workspace.display()), e))?;
     for f in files {
         let rel = check_relative(&f.path)?;
         let bytes = match f.encoding {
@@ -88,7 +117,19 @@ pub fn write_inputs(workspace: &Path, files: &[FileSpec]) -> Result<()> {
             let cname = std::ffi::CString::new(name.as_os_str().as_encoded_bytes())
                 .map_err(|_| Error::InvalidRequest("NUL in path".into()))?;
             // SAFETY: valid dirfd and NUL-terminated name.
-            unsafe { libc::mkdirat(dir.as_raw_fd(), cname.as_ptr(), 0o755) };
+            let created = unsafe { libc::mkdirat(dir.as_raw_fd(), cname.as_ptr(), 0o755) } == 0;
+            if created {
+                give_to(&owner, |uid, gid| {
+                    nix::unistd::fchownat(
+                        Some(dir.as_raw_fd()),
+                        name,
+                        uid,
+                        gid,
+                        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+                    )
+                })
+                .map_err(|e| Error::io(format!("chown a directory for {:?}", f.path), e))?;
+            }
             dir = open_beneath(&dir, name, libc::O_DIRECTORY | libc::O_RDONLY, 0).map_err(|e| {
                 Error::io(
                     format!("open directory for {:?} in the workspace", f.path),
@@ -102,16 +143,44 @@ pub fn write_inputs(workspace: &Path, files: &[FileSpec]) -> Result<()> {
                 f.path
             )));
         };
+        // Never write into an inode that is already there: the code may have made `path` a hard
+        // link to a file outside the workspace. Write a fresh file under a private name, then
+        // rename it over `path`, which replaces the directory entry and leaves any linked inode
+        // alone.
+        let tmp_name = format!(".sandpit-in-{}", crate::pipeline::wrapper::new_nonce()?);
         let fd = open_beneath(
             &dir,
-            Path::new(last.as_os_str()),
-            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+            Path::new(&tmp_name),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
             0o644,
         )
         .map_err(|e| Error::io(format!("write {:?} into the workspace", f.path), e))?;
         let mut file = std::fs::File::from(fd);
-        file.write_all(&bytes)
-            .map_err(|e| Error::io(format!("write {:?}", f.path), e))?;
+        let written = give_to(&owner, |uid, gid| {
+            nix::unistd::fchown(file.as_raw_fd(), uid, gid)
+        })
+        .map_err(|e| Error::io(format!("chown {:?}", f.path), e))
+        .and_then(|()| {
+            file.write_all(&bytes)
+                .map_err(|e| Error::io(format!("write {:?}", f.path), e))
+        })
+        .and_then(|()| {
+            nix::fcntl::renameat(
+                Some(dir.as_raw_fd()),
+                tmp_name.as_str(),
+                Some(dir.as_raw_fd()),
+                Path::new(last.as_os_str()),
+            )
+            .map_err(|e| Error::io(format!("write {:?} into the workspace", f.path), e.into()))
+        });
+        if written.is_err() {
+            let _ = nix::unistd::unlinkat(
+                Some(dir.as_raw_fd()),
+                tmp_name.as_str(),
+                nix::unistd::UnlinkatFlags::NoRemoveDir,
+            );
+        }
+        written?;
     }
     Ok(())
 }
@@ -156,6 +225,15 @@ pub fn read_outputs(workspace: &Path, paths: &[String]) -> (Vec<OutputFile>, Vec
                 continue;
             }
         };
+        // A hard link made by the code could name a file outside the workspace (the kernel
+        // resolves a hard link like any other name, so RESOLVE_BENEATH cannot see it).
+        if meta.nlink() > 1 {
+            warnings.push(format!(
+                "output_files: {p:?} has {} hard links; only files with a single link are read back",
+                meta.nlink()
+            ));
+            continue;
+        }
         if meta.len() > MAX_OUTPUT_FILE_BYTES {
             warnings.push(format!(
                 "output_files: {p:?} is {} bytes, over the {MAX_OUTPUT_FILE_BYTES}-byte cap",
@@ -240,11 +318,36 @@ mod tests {
         assert_eq!(warnings.len(), 3);
         assert!(write_inputs(d.path(), &[spec("dirlink/new", "x")]).is_err());
         assert!(!outside.path().join("new").exists());
-        assert!(write_inputs(d.path(), &[spec("link", "x")]).is_err());
+        // A symlink at the path itself is replaced by the new file, never followed.
+        write_inputs(d.path(), &[spec("link", "x")]).unwrap();
+        assert!(!d.path().join("link").is_symlink());
         assert_eq!(
             std::fs::read_to_string(outside.path().join("secret")).unwrap(),
             "s3cret"
         );
+    }
+
+    #[test]
+    fn hard_links_are_neither_read_nor_written_through() {
+        let d = tempfile::tempdir().unwrap();
+        // Same filesystem as the workspace, so the link can be made.
+        let outside = d.path().join("outside");
+        let ws = d.path().join("ws");
+        std::fs::create_dir(&ws).unwrap();
+        std::fs::write(&outside, "s3cret").unwrap();
+        std::fs::hard_link(&outside, ws.join("hl")).unwrap();
+        let (files, warnings) = read_outputs(&ws, &["hl".into()]);
+        assert!(files.is_empty());
+        assert!(warnings[0].contains("hard links"), "{warnings:?}");
+        write_inputs(&ws, &[spec("hl", "replaced")]).unwrap();
+        assert_eq!(std::fs::read_to_string(&outside).unwrap(), "s3cret");
+        assert_eq!(std::fs::read_to_string(ws.join("hl")).unwrap(), "replaced");
+        // No temporary file is left behind.
+        let names: Vec<_> = std::fs::read_dir(&ws)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("hl")]);
     }
 
     #[test]
