@@ -773,14 +773,13 @@ mod containment {
                 "blocks = []\nwhile True:\n    blocks.append(bytearray(16 * 1024 * 1024))",
             )
             .await;
-        assert!(
-            matches!(r.status, Status::Error | Status::Killed),
-            "{:?} {:?}",
-            r.status,
-            r.exception
-        );
+        assert!(matches!(r.status, Status::Error | Status::Killed), "{r:?}");
         if r.status == Status::Error {
-            assert_eq!(r.exception.map(|e| e.kind), Some("MemoryError".into()));
+            assert_eq!(
+                r.exception.as_ref().map(|e| e.kind.as_str()),
+                Some("MemoryError"),
+                "{r:?}"
+            );
         }
         let r = ctx
             .run(

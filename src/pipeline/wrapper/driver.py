@@ -86,6 +86,24 @@ def _driver():
     SIG_IGN = signal.SIG_IGN
     MISSING = object()
     MAX_KEPT_SOURCE = 1 << 20  # cells larger than this are not kept for tracebacks
+    # Address space held back for reporting a MemoryError: a cell that fills the memory limit
+    # keeps its data in the globals, and describing the error (importing traceback, formatting
+    # it) then needs a few MB. An anonymous mapping nobody touches: it counts against the
+    # address-space limit but costs no memory. Released when a cell ends in MemoryError, taken
+    # again before the next cell (if there is room by then).
+    memory_reserve = []
+
+    def take_memory_reserve():
+        if not memory_reserve:
+            try:
+                import mmap
+                memory_reserve.append(mmap.mmap(-1, 8 << 20))
+            except (ImportError, OSError, MemoryError):
+                pass
+
+    def release_memory_reserve():
+        while memory_reserve:
+            memory_reserve.pop().close()
     CO_COROUTINE = 0x80  # inspect.CO_COROUTINE
     TOP_LEVEL_AWAIT = 0x2000  # ast.PyCF_ALLOW_TOP_LEVEL_AWAIT (stable since 3.8; ast costs ~2 ms)
 
@@ -174,6 +192,7 @@ def _driver():
     def run_cell(cid, nonce, interactive, prelude, code):
         nonlocal cell_handler, fd0_is_null, loop
         status, exit_code, exception, warnings = "ok", 0, None, []
+        take_memory_reserve()
         if site_dir not in sys.path and os.path.isdir(site_dir):
             sys.path.insert(1, site_dir)
             import importlib
@@ -235,6 +254,8 @@ def _driver():
             if exit_code != 0:
                 status, exception = "error", describe(e)
         except BaseException as e:
+            if isinstance(e, MemoryError):
+                release_memory_reserve()
             status, exit_code, exception = "error", 1, describe(e)
         finally:
             if sys.stdin is null_stdin:
