@@ -28,7 +28,8 @@ pub enum Error {
     InvalidRequest(String),
     #[error("refused by policy: {0}")]
     PolicyDenied(String),
-    #[error("blocked by the analyzer: {0}")]
+    /// The analyzer refused the code; the message names the rule and the line.
+    #[error("{0}")]
     SecurityBlocked(String),
     #[error("backend {backend} is unavailable: {reason}")]
     BackendUnavailable { backend: String, reason: String },
@@ -126,6 +127,7 @@ impl Error {
             Error::SessionNotFound(_) => Some("sessions expire when idle; start a new one by sending a request with a new session_id"),
             Error::SessionLanguageMismatch { .. } => Some("use a new session_id for another language"),
             Error::Sandbox { .. } => Some("run `sandpit doctor` to check the host; set RUST_LOG=sandpit=debug for details"),
+            Error::SecurityBlocked(_) => Some("if this code is intended, the operator can make the analyzer only warn: SANDPIT_ANALYZER=warn, or [analyzer] in sandpit.toml"),
             Error::SessionLimit(_) => Some("kill sessions you no longer need (kill_session), or wait for idle ones to expire"),
             Error::QueueFull(_) => Some("retry later: the server is at its concurrency limit"),
             _ => None,
