@@ -82,6 +82,17 @@ pub struct LinuxSettings {
     pub state_dir: String,
     pub uid_base: u32,
     pub uid_count: u32,
+    /// `auto`: use namespaces where the host allows them; `off`: never (Landlock, seccomp,
+    /// rlimits and a subreaper only, as on hosts that block unprivileged user namespaces).
+    pub namespaces: NamespaceMode,
+}
+
+/// Whether the native backend may use namespaces (`linux.namespaces`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NamespaceMode {
+    Auto,
+    Off,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -375,6 +386,7 @@ pub const ENV_KEYS: &[(&str, &str, &str)] = &[
     ("SANDPIT_STATE_DIR", "linux", "state_dir"),
     ("SANDPIT_UID_BASE", "linux", "uid_base"),
     ("SANDPIT_UID_COUNT", "linux", "uid_count"),
+    ("SANDPIT_LINUX_NAMESPACES", "linux", "namespaces"),
 ];
 
 fn apply_env(

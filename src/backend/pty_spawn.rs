@@ -54,7 +54,9 @@ pub struct Extras {
     pub place: Option<Placement>,
     pub guard: Box<dyn Send + Sync>,
     pub oom_killed: Option<Box<dyn Fn() -> bool + Send + Sync>>,
-    pub kill_all: Option<Box<dyn Fn() + Send + Sync>>,
+    /// Kills every process of the sandbox the process-group kill cannot reach; called with
+    /// the spawned process's pid, before the process-group kill (which ends that process).
+    pub kill_all: Option<Box<dyn Fn(i32) + Send + Sync>>,
     pub workspace: Option<PathBuf>,
 }
 
@@ -148,13 +150,13 @@ impl SandboxControl for PtyControl {
     }
 
     fn kill(&self) {
+        if let Some(k) = &self.extras.kill_all {
+            k(self.pgid);
+        }
         let _ = nix::sys::signal::killpg(
             nix::unistd::Pid::from_raw(self.pgid),
             nix::sys::signal::Signal::SIGKILL,
         );
-        if let Some(k) = &self.extras.kill_all {
-            k();
-        }
     }
 
     fn flush_terminal_input(&self) -> Result<()> {

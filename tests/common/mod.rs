@@ -16,7 +16,7 @@ use std::time::Duration;
 pub fn required_in_ci(backend: &str) -> bool {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
-    matches!(backend, "linux" | "unsandboxed") || (backend == "docker" && root)
+    matches!(backend, "linux" | "linux_no_ns" | "unsandboxed") || (backend == "docker" && root)
 }
 
 pub struct Ctx {
@@ -50,8 +50,17 @@ where
     Fut: Future<Output = ()>,
 {
     std::env::set_var("SANDPIT_HELPER", helper());
-    let policy = policy();
-    let choice: BackendChoice = backend.parse().expect("backend name");
+    let mut policy = policy();
+    // `linux_no_ns`: the native backend with namespaces turned off, as on hosts that block
+    // unprivileged user namespaces (Landlock, seccomp, rlimits and the subreaper only).
+    let name = match backend {
+        "linux_no_ns" => {
+            policy.linux.namespaces = sandpit::policy::NamespaceMode::Off;
+            "linux"
+        }
+        other => other,
+    };
+    let choice: BackendChoice = name.parse().expect("backend name");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

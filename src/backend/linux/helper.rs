@@ -8,7 +8,7 @@
 //! final `execve` needs is prepared before the last fork.
 
 use super::plan::LinuxPlan;
-use super::{landlock_rules, mounts, seccomp};
+use super::{landlock_rules, mounts, reaper, seccomp};
 use nix::sched::{unshare, CloneFlags};
 use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
 use nix::sys::wait::{waitpid, WaitStatus};
@@ -83,6 +83,31 @@ fn exit_like(child: Pid) -> ! {
             Err(_) => std::process::exit(Step::Exec as i32),
         }
     }
+}
+
+/// The subreaper waiter: reaps whatever is re-parented to it; when `child` (the interpreter's
+/// side) ends, kills every remaining descendant, then exits with `child`'s status.
+fn reap_then_exit_like(child: Pid) -> ! {
+    let code = loop {
+        match waitpid(Pid::from_raw(-1), None) {
+            Ok(WaitStatus::Exited(pid, code)) if pid == child => break code,
+            Ok(WaitStatus::Signaled(pid, sig, _)) if pid == child => break 128 + sig as i32,
+            Ok(_) => continue,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => break Step::Exec as i32,
+        }
+    };
+    reaper::kill_descendants(nix::unistd::getpid().as_raw());
+    // Reap what was killed, so nothing is left as a zombie of ours.
+    while let Ok(s) = waitpid(
+        Pid::from_raw(-1),
+        Some(nix::sys::wait::WaitPidFlag::WNOHANG),
+    ) {
+        if s == WaitStatus::StillAlive {
+            break;
+        }
+    }
+    std::process::exit(code)
 }
 
 /// Entry point of the helper stage.
@@ -171,6 +196,30 @@ pub fn main(plan_json: &str) -> ! {
         }
     }
 
+    // 4b. No PID namespace: the parent stays outside the confinement as a child subreaper, so
+    //     daemons that leave the process group are re-parented to it and die with the session
+    //     (see reaper.rs); the child goes on to confine itself and exec the interpreter.
+    if !ns.pid {
+        reaper::become_subreaper()
+            .unwrap_or_else(|e| fail(Step::Setup, format!("PR_SET_CHILD_SUBREAPER: {e}")));
+        // SAFETY: single-threaded process (the helper starts no threads), so fork is safe.
+        match unsafe { fork() } {
+            Ok(ForkResult::Parent { child }) => {
+                for fd in 0..=4 {
+                    // SAFETY: the waiter needs none of the session's descriptors; closing its
+                    // copies lets the host see EOF as soon as the sandbox is gone.
+                    unsafe { libc::close(fd) };
+                }
+                reap_then_exit_like(child)
+            }
+            Ok(ForkResult::Child) => {
+                die_with_parent()
+                    .unwrap_or_else(|e| fail(Step::Setup, format!("PR_SET_PDEATHSIG: {e}")));
+            }
+            Err(e) => fail(Step::Setup, format!("fork the confined child: {e}")),
+        }
+    }
+
     // 5. Filesystem view: the sandbox's own root (needs the mount namespace; must precede
     //    Landlock, which forbids mount changes once enforced).
     if let Some(root) = &plan.root {
@@ -213,8 +262,8 @@ pub fn main(plan_json: &str) -> ! {
     nix::sys::prctl::set_no_new_privs()
         .unwrap_or_else(|e| fail(Step::Seccomp, format!("PR_SET_NO_NEW_PRIVS: {e}")));
     let arch = seccomp::native_arch().unwrap_or_else(|e| fail(Step::Seccomp, e));
-    let filters =
-        seccomp::compile(arch, plan.deny_network).unwrap_or_else(|e| fail(Step::Seccomp, e));
+    let filters = seccomp::compile(arch, plan.deny_network, plan.deny_unix_sockets)
+        .unwrap_or_else(|e| fail(Step::Seccomp, e));
     seccomp::install(&filters).unwrap_or_else(|e| fail(Step::Seccomp, e));
 
     // 10. Tell the host what is in force, then exec the interpreter with a clean environment.

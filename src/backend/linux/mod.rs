@@ -10,6 +10,7 @@ pub mod helper;
 pub mod landlock_rules;
 pub mod mounts;
 pub mod plan;
+pub mod reaper;
 pub mod rlimits;
 pub mod seccomp;
 pub mod uid;
@@ -77,6 +78,17 @@ pub fn probe_main() -> ! {
     std::process::exit(0)
 }
 
+/// Whether sessions get namespaces: the host's answer, unless the policy turns them off.
+fn namespaces_for(policy: &Policy, helper: &Path) -> NamespaceProbe {
+    match policy.linux.namespaces {
+        crate::policy::NamespaceMode::Off => NamespaceProbe {
+            ok: false,
+            detail: "turned off by linux.namespaces = \"off\"".into(),
+        },
+        crate::policy::NamespaceMode::Auto => probe_namespaces(helper),
+    }
+}
+
 fn probe_namespaces(helper: &Path) -> NamespaceProbe {
     static CACHE: OnceLock<NamespaceProbe> = OnceLock::new();
     CACHE
@@ -110,7 +122,7 @@ fn seccomp_available() -> bool {
 
 /// Whether the native backend can run here, with every layer's state.
 pub fn availability(policy: &Policy, helper: &Path) -> Availability {
-    let ns = probe_namespaces(helper);
+    let ns = namespaces_for(policy, helper);
     let abi = landlock_rules::kernel_abi();
     let seccomp = seccomp_available();
     let cg = cgroup::detect();
@@ -174,7 +186,7 @@ pub fn availability(policy: &Policy, helper: &Path) -> Availability {
             ),
         )
     } else {
-        (true, "Landlock + seccomp without namespaces (processes of the host stay visible in /proc is prevented by Landlock)".to_string())
+        (true, "Landlock + seccomp without namespaces: host paths, Landlock confines the filesystem, seccomp refuses network and unix sockets, a subreaper collects every process".to_string())
     };
     Availability {
         backend: BackendKind::Linux,
@@ -265,7 +277,7 @@ impl super::Backend for LinuxBackend {
 
 impl LinuxBackend {
     fn launch_now(&self, spec: &LaunchSpec) -> Result<Launched> {
-        let ns = probe_namespaces(&self.helper);
+        let ns = namespaces_for(&self.policy, &self.helper);
         // SAFETY: geteuid/getegid have no preconditions.
         let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
         let is_root = uid == 0;
@@ -356,6 +368,13 @@ impl LinuxBackend {
             landlock_abi: landlock_rules::kernel_abi(),
             session_ids,
             in_cgroup: guard.cgroup.is_some(),
+            // Unprivileged without a user namespace the sandbox shares our uid, whose other
+            // tasks count against RLIMIT_NPROC too: the limit is theirs plus the policy's.
+            nproc_base: if !is_root && !ns.ok {
+                tasks_of_uid(uid)
+            } else {
+                0
+            },
         };
         if !ns.ok && facts.landlock_abi == 0 {
             return Err(Error::BackendUnavailable {
@@ -372,6 +391,7 @@ impl LinuxBackend {
             "session directories, uid and cgroup ready"
         );
         let plan = plan::build(spec, &dirs, &facts, &bind_kind);
+        let pid_namespace = plan.namespaces.pid;
         let plan_json = serde_json::to_string(&plan)
             .map_err(|e| Error::sandbox(format!("encode plan: {e}")))?;
 
@@ -406,12 +426,52 @@ impl LinuxBackend {
                 oom_killed: cg_oom.map(|c| {
                     Box::new(move || c.oom_kills() > 0) as Box<dyn Fn() -> bool + Send + Sync>
                 }),
-                kill_all: cg_kill
-                    .map(|c| Box::new(move || c.kill_all()) as Box<dyn Fn() + Send + Sync>),
+                kill_all: Some(Box::new(move |helper_pid: i32| {
+                    // Without a PID namespace the helper's waiter is a subreaper holding every
+                    // process of the sandbox (see reaper.rs): kill its tree while it lives.
+                    if !pid_namespace {
+                        reaper::kill_descendants(helper_pid);
+                    }
+                    if let Some(c) = &cg_kill {
+                        c.kill_all();
+                    }
+                })),
                 workspace: Some(dirs.workspace.clone()),
             },
         )
     }
+}
+
+/// How many tasks (threads included, as RLIMIT_NPROC counts them) `uid` runs now.
+fn tasks_of_uid(uid: u32) -> u64 {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let mut total = 0;
+    for e in entries.flatten() {
+        if !e
+            .file_name()
+            .to_string_lossy()
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+        {
+            continue;
+        }
+        let Ok(status) = std::fs::read_to_string(e.path().join("status")) else {
+            continue;
+        };
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse::<u64>().ok())
+        };
+        if field("Uid:") == Some(u64::from(uid)) {
+            total += field("Threads:").unwrap_or(1);
+        }
+    }
+    total
 }
 
 /// Cleans up a session's host state: its cgroup, its uid slot and its directory.

@@ -26,6 +26,9 @@ pub struct HostFacts {
     pub session_ids: Option<(u32, u32)>,
     /// The host places the helper in a cgroup before letting it proceed.
     pub in_cgroup: bool,
+    /// Tasks the sandbox's uid already runs that RLIMIT_NPROC counts (it counts per user):
+    /// non-zero only when the sandbox shares the caller's uid without a user namespace.
+    pub nproc_base: u64,
 }
 
 /// Which namespaces the helper unshares.
@@ -99,6 +102,8 @@ pub struct LinuxPlan {
     pub rlimits: Vec<Rlimit>,
     pub landlock: LandlockPlan,
     pub deny_network: bool,
+    /// No mount namespace hides the host's unix sockets: refuse `socket(AF_UNIX)` (seccomp).
+    pub deny_unix_sockets: bool,
 }
 
 /// The host paths of a session's directories.
@@ -152,7 +157,7 @@ pub fn build(
     };
     let rlimits = vec![
         memory_limit,
-        Rlimit::Processes(limits.pids),
+        Rlimit::Processes(limits.pids + host.nproc_base),
         Rlimit::FileSize(limits.file_size_mb * mb),
         Rlimit::OpenFiles(limits.open_files),
         Rlimit::Core(0),
@@ -262,6 +267,7 @@ pub fn build(
         rlimits,
         landlock,
         deny_network: !spec.network,
+        deny_unix_sockets: !own_root,
     }
 }
 
@@ -308,6 +314,7 @@ mod tests {
             landlock_abi: 7,
             session_ids: is_root.then_some((2_000_001, 2_000_001)),
             in_cgroup: false,
+            nproc_base: 0,
         }
     }
 
@@ -361,6 +368,10 @@ mod tests {
             .all(|b| b.dst == Path::new(WORKSPACE) || b.dst.starts_with("/dev")));
         assert!(!plan.landlock.required);
         assert!(plan.deny_network && plan.landlock.deny_tcp);
+        assert!(
+            !plan.deny_unix_sockets,
+            "the own root hides the host's sockets"
+        );
     }
 
     #[test]
@@ -391,6 +402,8 @@ mod tests {
         assert_eq!(plan.namespaces, Namespaces::default());
         assert!(plan.root.is_none());
         assert!(plan.landlock.required);
+        // The host's unix sockets are on the filesystem the sandbox sees.
+        assert!(plan.deny_unix_sockets);
         assert!(plan
             .landlock
             .read_write

@@ -5,7 +5,9 @@
 //! Filters installed, in order: `allow` (EPERM for anything not allowed, with an x32 prefix on
 //! x86-64), `clone3` (ENOSYS, so libc falls back to `clone`, whose flags `allow` checks), and,
 //! when the execution has no network, `network` (EAFNOSUPPORT for every socket family but
-//! AF_UNIX). The kernel returns the strictest answer of all filters and, between two errnos,
+//! AF_UNIX), and, when the sandbox sees the host's filesystem (no mount namespace),
+//! `unix_sockets` (EACCES for `socket(AF_UNIX)`, since Landlock does not govern connecting to
+//! a socket by path; `socketpair` stays). The kernel returns the strictest answer of all filters and, between two errnos,
 //! the one of the filter installed last. Syscalls of a foreign ABI (i386 on x86-64, arm32 on
 //! aarch64) kill the process: seccompiler puts an architecture check at the head of every
 //! filter.
@@ -91,6 +93,7 @@ fn seccompiler_json(arch: TargetArch) -> Result<Value, SeccompError> {
         "allow": { "mismatch_action": { "errno": libc::EPERM }, "match_action": "allow", "filter": rules },
         "clone3": profile["clone3"].clone(),
         "network": profile["network"].clone(),
+        "unix_sockets": profile["unix_sockets"].clone(),
     });
     strip_comments(&mut out);
     Ok(out)
@@ -100,6 +103,7 @@ fn seccompiler_json(arch: TargetArch) -> Result<Value, SeccompError> {
 pub fn compile(
     arch: TargetArch,
     deny_network: bool,
+    deny_unix_sockets: bool,
 ) -> Result<Vec<(String, BpfProgram)>, SeccompError> {
     let text = seccompiler_json(arch)?.to_string();
     let mut map = seccompiler::compile_from_json(text.as_bytes(), arch).map_err(|e| {
@@ -124,6 +128,9 @@ pub fn compile(
     ];
     if deny_network {
         out.push(("network".to_string(), take("network")?));
+    }
+    if deny_unix_sockets {
+        out.push(("unix_sockets".to_string(), take("unix_sockets")?));
     }
     Ok(out)
 }
@@ -181,23 +188,24 @@ mod tests {
     #[test]
     fn compiles_for_every_supported_arch() {
         for arch in [TargetArch::x86_64, TargetArch::aarch64] {
-            let f = compile(arch, true).unwrap();
+            let f = compile(arch, true, true).unwrap();
             let names: Vec<_> = f.iter().map(|(n, _)| n.as_str()).collect();
-            assert_eq!(names, ["allow", "clone3", "network"]);
+            assert_eq!(names, ["allow", "clone3", "network", "unix_sockets"]);
             assert!(
                 f.iter().all(|(_, p)| !p.is_empty() && p.len() < 4096),
                 "BPF programs are limited to 4096 instructions"
             );
-            assert_eq!(compile(arch, false).unwrap().len(), 2);
+            assert_eq!(compile(arch, false, false).unwrap().len(), 2);
+            assert_eq!(compile(arch, false, true).unwrap().len(), 3);
         }
     }
 
     #[test]
     fn x86_64_allow_filter_starts_with_x32_guard() {
-        let f = compile(TargetArch::x86_64, false).unwrap();
+        let f = compile(TargetArch::x86_64, false, false).unwrap();
         assert_eq!(f[0].1[1].k, X32_SYSCALL_BIT);
         assert_eq!(f[0].1[2].k, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32);
-        let a = compile(TargetArch::aarch64, false).unwrap();
+        let a = compile(TargetArch::aarch64, false, false).unwrap();
         assert_ne!(a[0].1[1].k, X32_SYSCALL_BIT);
     }
 
