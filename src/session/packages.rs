@@ -29,7 +29,8 @@ use std::time::{Duration, Instant};
 pub const PYTHON_SITE: &str = ".sandpit/python";
 
 /// The installer script. Its inputs come as environment variables: `INSTALLER` (pip|npm),
-/// `PKGS` (one validated name per line), `PYBIN` (the interpreter in the sandbox).
+/// `PKGS` (one validated name per line), `PYBIN` (the interpreter in the sandbox), `HEAP_MB`
+/// (node's heap bound, as for javascript sessions).
 const SCRIPT: &str = r#"set -euo pipefail
 mapfile -t pkgs <<< "$PKGS"
 # Node trusts only its own CA list unless told; the system bundle has the host's additions.
@@ -45,6 +46,9 @@ case "$INSTALLER" in
     ;;
   npm)
     cd "$SANDPIT_WORKSPACE"
+    # npm is node under the installer's data limit: bound V8's heap below it, so node collects
+    # garbage instead of growing into the limit and aborting.
+    export NODE_OPTIONS="--max-old-space-size=$HEAP_MB"
     npm install --no-audit --no-fund --no-update-notifier --loglevel=warn -- "${pkgs[@]}"
     ;;
 esac
@@ -124,6 +128,10 @@ pub async fn install(
     let mut opts = ExecOptions::with_timeout(timeout);
     let input: BTreeMap<String, serde_json::Value> = [
         ("INSTALLER", installer.to_string()),
+        (
+            "HEAP_MB",
+            (policy.limits.memory_mb * 3 / 4).max(16).to_string(),
+        ),
         ("PKGS", packages.join("\n")),
         (
             "PYBIN",
@@ -162,20 +170,18 @@ pub async fn install(
     }
 }
 
-/// The last lines of the installer's output, where pip and npm say what went wrong.
+/// The last lines of the installer's output, where pip and npm say what went wrong: both
+/// streams (a crashing installer may say why on either).
 fn tail(stdout: &str, stderr: &str) -> String {
-    let text = if stderr.trim().is_empty() {
-        stdout
-    } else {
-        stderr
+    let last = |text: &str, n: usize| {
+        let lines: Vec<&str> = text.trim().lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
     };
-    let lines: Vec<&str> = text.trim().lines().collect();
-    let start = lines.len().saturating_sub(8);
-    let out = lines[start..].join("\n");
-    if out.is_empty() {
-        "no output".into()
-    } else {
-        out
+    match (last(stderr, 8), last(stdout, 4)) {
+        (e, o) if e.is_empty() && o.is_empty() => "no output".into(),
+        (e, o) if o.is_empty() => e,
+        (e, o) if e.is_empty() => o,
+        (e, o) => format!("{e}\n(stdout:) {o}"),
     }
 }
 
@@ -205,10 +211,14 @@ mod tests {
     }
 
     #[test]
-    fn tail_prefers_stderr_and_keeps_the_end() {
+    fn tail_keeps_the_end_of_both_streams() {
         let err: String = (0..20).map(|i| format!("line {i}\n")).collect();
         let t = tail("out", &err);
-        assert!(t.starts_with("line 12") && t.ends_with("line 19"));
+        assert!(
+            t.starts_with("line 12") && t.ends_with("line 19\n(stdout:) out"),
+            "{t}"
+        );
+        assert_eq!(tail("", &err).lines().count(), 8);
         assert_eq!(tail("only stdout\n", "  \n"), "only stdout");
         assert_eq!(tail("", ""), "no output");
     }
