@@ -103,7 +103,11 @@ fi
 if is_root; then
   say "conformance suite as root, inside a throwaway PID namespace"
   # A fail-open sandbox running kill(-1) can then only hit this namespace.
-  unshare --pid --fork --mount-proc env SANDPIT_HELPER="$SANDPIT_HELPER" "$suite" --test-threads=2
+  # bash is PID 1 there, not the suite: it reaps the orphans of killed sandboxes. A PID 1 that
+  # never waits (the test binary) keeps them as zombies of the session uids, which count against
+  # RLIMIT_NPROC, and later sessions with the same uid could not fork (EAGAIN).
+  unshare --pid --fork --mount-proc bash -c '"$@" & wait $!' reaper \
+    env SANDPIT_HELPER="$SANDPIT_HELPER" "$suite" --test-threads=2
   say "conformance suite as an unprivileged user (nobody)"
   runuser -u nobody -- env SANDPIT_HELPER="$SANDPIT_HELPER" CI="${CI:-}" HOME=/tmp "$suite" --test-threads=2
 else

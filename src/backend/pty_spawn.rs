@@ -79,14 +79,19 @@ pub fn spawn(program: Program, mut extras: Extras) -> Result<Launched> {
     if let Some(cwd) = &program.cwd {
         cmd = cmd.current_dir(cwd);
     }
-    // SAFETY: the closure only calls dup2 (async-signal-safe, no allocation) on descriptors that
-    // stay open in the parent until spawn returns; both are >= 10, so neither dup2 overwrites
-    // the other's source.
+    // SAFETY: the closure only calls dup2 and signal (async-signal-safe, no allocation); the
+    // descriptors stay open in the parent until spawn returns; both are >= 10, so neither dup2
+    // overwrites the other's source.
     let mut cmd = unsafe {
         cmd.pre_exec(move || {
             if libc::dup2(req_fd, 3) < 0 || libc::dup2(resp_fd, 4) < 0 {
                 return Err(std::io::Error::last_os_error());
             }
+            // An ignored SIGINT survives exec: a sandpit started in the background of a shell
+            // (which ignores SIGINT for it) would hand that on, and interrupts would not reach
+            // the code. The session's interrupt is SIGINT, so it starts at the default.
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGQUIT, libc::SIG_DFL);
             Ok(())
         })
     };
