@@ -70,44 +70,61 @@ fn die_with_parent() -> nix::Result<()> {
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
 }
 
-/// Waits for `child` and exits with its status (128 + signal when it was killed).
-fn exit_like(child: Pid) -> ! {
+/// Waits for `child`, reaping whatever else ends meanwhile; its status (128 + signal when it was
+/// killed).
+fn wait_for(child: Pid) -> i32 {
     loop {
         match waitpid(Pid::from_raw(-1), None) {
-            Ok(WaitStatus::Exited(pid, code)) if pid == child => std::process::exit(code),
-            Ok(WaitStatus::Signaled(pid, sig, _)) if pid == child => {
-                std::process::exit(128 + sig as i32)
-            }
+            Ok(WaitStatus::Exited(pid, code)) if pid == child => return code,
+            Ok(WaitStatus::Signaled(pid, sig, _)) if pid == child => return 128 + sig as i32,
             Ok(_) => continue,
             Err(nix::errno::Errno::EINTR) => continue,
-            Err(_) => std::process::exit(Step::Exec as i32),
+            Err(_) => return Step::Exec as i32,
         }
     }
 }
 
-/// The subreaper waiter: reaps whatever is re-parented to it; when `child` (the interpreter's
-/// side) ends, kills every remaining descendant, then exits with `child`'s status.
-fn reap_then_exit_like(child: Pid) -> ! {
-    let code = loop {
-        match waitpid(Pid::from_raw(-1), None) {
-            Ok(WaitStatus::Exited(pid, code)) if pid == child => break code,
-            Ok(WaitStatus::Signaled(pid, sig, _)) if pid == child => break 128 + sig as i32,
-            Ok(_) => continue,
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(_) => break Step::Exec as i32,
+/// How the waiter left outside the sandbox ends when its child does.
+#[derive(Clone, Copy)]
+enum Waiter {
+    /// Just report the status (a PID namespace takes everything else down with its PID 1).
+    Plain,
+    /// A child subreaper (no PID namespace): kill every remaining descendant first.
+    Subreaper,
+}
+
+/// Forks; the parent stays behind as the waiter (closing its copies of the session's
+/// descriptors, so the host sees EOF as soon as the sandbox is gone) and exits like the child;
+/// the child returns and goes on with the confinement.
+fn split_off_waiter(waiter: Waiter, step: Step, what: &str) {
+    // SAFETY: single-threaded process (the helper starts no threads), so fork is safe.
+    match unsafe { fork() } {
+        Ok(ForkResult::Parent { child }) => {
+            for fd in 0..=4 {
+                // SAFETY: the waiter needs none of the session's descriptors.
+                unsafe { libc::close(fd) };
+            }
+            let code = wait_for(child);
+            if let Waiter::Subreaper = waiter {
+                reaper::kill_descendants(nix::unistd::getpid().as_raw());
+                // Reap what was killed, so nothing is left as a zombie of ours.
+                while let Ok(s) = waitpid(
+                    Pid::from_raw(-1),
+                    Some(nix::sys::wait::WaitPidFlag::WNOHANG),
+                ) {
+                    if s == WaitStatus::StillAlive {
+                        break;
+                    }
+                }
+            }
+            std::process::exit(code)
         }
-    };
-    reaper::kill_descendants(nix::unistd::getpid().as_raw());
-    // Reap what was killed, so nothing is left as a zombie of ours.
-    while let Ok(s) = waitpid(
-        Pid::from_raw(-1),
-        Some(nix::sys::wait::WaitPidFlag::WNOHANG),
-    ) {
-        if s == WaitStatus::StillAlive {
-            break;
+        Ok(ForkResult::Child) => {
+            die_with_parent()
+                .unwrap_or_else(|e| fail(Step::Setup, format!("PR_SET_PDEATHSIG: {e}")));
         }
+        Err(e) => fail(step, format!("{what}: {e}")),
     }
-    std::process::exit(code)
 }
 
 /// Entry point of the helper stage.
@@ -175,25 +192,11 @@ pub fn main(plan_json: &str) -> ! {
     // 4. PID namespace: only children enter it. The parent stays outside as a plain waiter that
     //    reports the exit status; the child becomes PID 1, whose exit kills everything inside.
     if ns.pid {
-        // SAFETY: single-threaded process (the helper starts no threads), so fork is safe.
-        match unsafe { fork() } {
-            Ok(ForkResult::Parent { child }) => {
-                for fd in 0..=4 {
-                    // SAFETY: the waiter needs none of the session's descriptors; closing its
-                    // copies lets the host see EOF as soon as the sandbox is gone.
-                    unsafe { libc::close(fd) };
-                }
-                exit_like(child)
-            }
-            Ok(ForkResult::Child) => {
-                die_with_parent()
-                    .unwrap_or_else(|e| fail(Step::Setup, format!("PR_SET_PDEATHSIG: {e}")));
-            }
-            Err(e) => fail(
-                Step::Namespaces,
-                format!("fork into the PID namespace: {e}"),
-            ),
-        }
+        split_off_waiter(
+            Waiter::Plain,
+            Step::Namespaces,
+            "fork into the PID namespace",
+        );
     }
 
     // 4b. No PID namespace: the parent stays outside the confinement as a child subreaper, so
@@ -202,22 +205,7 @@ pub fn main(plan_json: &str) -> ! {
     if !ns.pid {
         reaper::become_subreaper()
             .unwrap_or_else(|e| fail(Step::Setup, format!("PR_SET_CHILD_SUBREAPER: {e}")));
-        // SAFETY: single-threaded process (the helper starts no threads), so fork is safe.
-        match unsafe { fork() } {
-            Ok(ForkResult::Parent { child }) => {
-                for fd in 0..=4 {
-                    // SAFETY: the waiter needs none of the session's descriptors; closing its
-                    // copies lets the host see EOF as soon as the sandbox is gone.
-                    unsafe { libc::close(fd) };
-                }
-                reap_then_exit_like(child)
-            }
-            Ok(ForkResult::Child) => {
-                die_with_parent()
-                    .unwrap_or_else(|e| fail(Step::Setup, format!("PR_SET_PDEATHSIG: {e}")));
-            }
-            Err(e) => fail(Step::Setup, format!("fork the confined child: {e}")),
-        }
+        split_off_waiter(Waiter::Subreaper, Step::Setup, "fork the confined child");
     }
 
     // 5. Filesystem view: the sandbox's own root (needs the mount namespace; must precede
@@ -289,21 +277,7 @@ pub fn main(plan_json: &str) -> ! {
 
     if ns.pid {
         // PID 1 must stay to reap orphans; the interpreter runs as its child.
-        // SAFETY: single-threaded; the child only calls execve (and exits on failure).
-        match unsafe { fork() } {
-            Ok(ForkResult::Child) => {
-                let e = nix::unistd::execve(&program, &argv, &env).unwrap_err();
-                fail(Step::Exec, format!("execve {}: {e}", plan.argv[0]))
-            }
-            Ok(ForkResult::Parent { child }) => {
-                for fd in 0..=4 {
-                    // SAFETY: closing our copies of the session's descriptors; only the child uses them.
-                    unsafe { libc::close(fd) };
-                }
-                exit_like(child)
-            }
-            Err(e) => fail(Step::Exec, format!("fork the interpreter: {e}")),
-        }
+        split_off_waiter(Waiter::Plain, Step::Exec, "fork the interpreter");
     }
     let e = nix::unistd::execve(&program, &argv, &env).unwrap_err();
     fail(Step::Exec, format!("execve {}: {e}", plan.argv[0]))
