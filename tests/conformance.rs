@@ -721,6 +721,132 @@ mod containment {
         }
     }
 
+    /// Calls that act on another process by pid (the server's rlimits, a host process's
+    /// priority or CPU mask, user-wide priorities) reach nothing outside the sandbox, even where
+    /// the sandbox shares the caller's uid (no namespaces, unprivileged). Oracles: the host's
+    /// canary process and this test process keep their limits, priority and CPU mask.
+    pub async fn other_processes_are_out_of_reach(ctx: Ctx) {
+        let mut canary = std::process::Command::new("sleep")
+            .arg("2718")
+            .spawn()
+            .unwrap();
+        let canary_pid = canary.id() as i32;
+        let server_pid = std::process::id() as i32;
+        let before = (
+            process_facts(canary_pid),
+            process_facts(server_pid),
+            own_nofile(),
+        );
+        let ioprio_set = if cfg!(target_arch = "x86_64") { 251 } else { 30 };
+        let code = format!(
+            r#"import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+class RL(ctypes.Structure):
+    _fields_ = [('cur', ctypes.c_ulong), ('max', ctypes.c_ulong)]
+out = {{}}
+def call(name, f):
+    ctypes.set_errno(0)
+    rc = f()
+    out[name] = [rc, ctypes.get_errno()]
+zero = RL(0, 0)
+mask = (ctypes.c_ulong * 16)(1)
+import os
+for label, pid in (('canary', {canary_pid}), ('server', {server_pid})):
+    if pid in (1, os.getpid(), os.getppid()):
+        continue  # in a PID namespace this number is the sandbox's own process
+    call(label + ':prlimit', lambda: libc.prlimit(pid, 7, ctypes.byref(zero), None))
+    call(label + ':setpriority', lambda: libc.setpriority(0, pid, 19))
+    call(label + ':sched_setaffinity', lambda: libc.sched_setaffinity(pid, ctypes.sizeof(mask), mask))
+    call(label + ':getsid', lambda: libc.getsid(pid))
+    call(label + ':getpgid', lambda: libc.getpgid(pid))
+    call(label + ':ioprio_set', lambda: libc.syscall({ioprio_set}, 1, pid, 3 << 13))
+call('user:setpriority', lambda: libc.setpriority(2, 0, 19))
+call('user:ioprio_set', lambda: libc.syscall({ioprio_set}, 3, 0, 3 << 13))
+own = RL()
+call('self:prlimit', lambda: libc.prlimit(0, 7, None, ctypes.byref(own)))
+call('self:setpriority', lambda: libc.setpriority(0, 0, 1))
+call('self:getsid', lambda: libc.getsid(0))
+result = out"#
+        );
+        let r = ctx.run(Language::Python, &code).await;
+        let after = (
+            process_facts(canary_pid),
+            process_facts(server_pid),
+            own_nofile(),
+        );
+        canary.kill().ok();
+        canary.wait().ok();
+        assert_eq!(
+            before, after,
+            "the sandbox changed a host process's limits, priority or CPU mask: {r:?}"
+        );
+        let out = r
+            .result
+            .clone()
+            .unwrap_or_else(|| panic!("no result: {r:?}"));
+        for (name, v) in out.as_object().unwrap() {
+            let rc = v[0].as_i64().unwrap();
+            if name.starts_with("self:") {
+                assert!(rc >= 0, "{name} on the sandbox itself failed: {v}");
+            } else {
+                assert_eq!(rc, -1, "{name} reached outside the sandbox: {v}");
+            }
+        }
+    }
+
+    /// SysV IPC objects never outlive a session in the host's IPC namespace (a later session
+    /// with the same uid could read them back). Oracle: the host's /proc/sysvipc tables.
+    pub async fn sysv_ipc_does_not_outlive_the_session(ctx: Ctx) {
+        let key: i32 = 0x5a00_0000 | (std::process::id() as i32 & 0xffff);
+        let code = format!(
+            r#"import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+out = {{}}
+def call(name, f):
+    ctypes.set_errno(0)
+    rc = f()
+    out[name] = [rc, ctypes.get_errno()]
+    return rc
+shm = call('shmget', lambda: libc.shmget({key}, 1 << 20, 0o1600))
+if shm >= 0:
+    addr = libc.shmat(shm, None, 0)
+    ctypes.memmove(addr, b'SYSV-SECRET', 11)
+call('semget', lambda: libc.semget({key}, 1, 0o1600))
+call('msgget', lambda: libc.msgget({key}, 0o1600))
+result = out"#
+        );
+        let mut s = ctx.session(Language::Python).await;
+        let r = exec(&mut s, &code).await;
+        let out = r
+            .result
+            .clone()
+            .unwrap_or_else(|| panic!("no result: {r:?}"));
+        let no_namespaces =
+            ctx.policy.linux.namespaces == sandpit::policy::NamespaceMode::Off && ctx.kind() == sandpit::backend::BackendKind::Linux;
+        if no_namespaces {
+            for call in ["shmget", "semget", "msgget"] {
+                assert_eq!(
+                    out[call],
+                    serde_json::json!([-1, libc::EPERM]),
+                    "{call} without an IPC namespace: {out}"
+                );
+            }
+        }
+        s.kill().await;
+        drop(s);
+        for table in ["/proc/sysvipc/shm", "/proc/sysvipc/sem", "/proc/sysvipc/msg"] {
+            let text = std::fs::read_to_string(table).unwrap_or_default();
+            assert!(
+                !text
+                    .lines()
+                    .skip(1)
+                    .any(|l| l.split_whitespace().next() == Some(&key.to_string())),
+                "a SysV object of the session is left in {table}: {text}"
+            );
+        }
+    }
+
     pub async fn no_privileges(ctx: Ctx) {
         // Asked of the kernel directly (prctl, capget), since without namespaces Landlock hides
         // /proc, /proc/self/status included.
@@ -952,6 +1078,8 @@ matrix!(containment; [linux, linux_no_ns, docker];
     no_network_by_any_route,
     host_unix_sockets_are_unreachable,
     host_processes_are_invisible_and_unsignalable,
+    other_processes_are_out_of_reach,
+    sysv_ipc_does_not_outlive_the_session,
     no_privileges,
     dangerous_syscalls_are_refused,
     foreign_abi_syscalls_kill_the_process,
@@ -972,4 +1100,39 @@ fn vm_hwm_kb() -> u64 {
                 .and_then(|n| n.parse().ok())
         })
         .unwrap_or(0)
+}
+
+/// What the sandbox must not change about a host process: its open-files limit, its nice
+/// value (field 19 of /proc/PID/stat) and its CPU mask.
+fn process_facts(pid: i32) -> (String, String, String) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap_or_default();
+    let nofile = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap_or_default()
+        .to_string();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let nice = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(16))
+        .unwrap_or_default()
+        .to_string();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let cpus = status
+        .lines()
+        .find(|l| l.starts_with("Cpus_allowed_list"))
+        .unwrap_or_default()
+        .to_string();
+    (nofile, nice, cpus)
+}
+
+/// This process's own RLIMIT_NOFILE, from the kernel (as the server would see it).
+fn own_nofile() -> (u64, u64) {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit struct we own.
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) };
+    (r.rlim_cur, r.rlim_max)
 }

@@ -250,7 +250,7 @@ pub fn main(plan_json: &str) -> ! {
     nix::sys::prctl::set_no_new_privs()
         .unwrap_or_else(|e| fail(Step::Seccomp, format!("PR_SET_NO_NEW_PRIVS: {e}")));
     let arch = seccomp::native_arch().unwrap_or_else(|e| fail(Step::Seccomp, e));
-    let filters = seccomp::compile(arch, plan.deny_network, plan.deny_unix_sockets)
+    let filters = seccomp::compile(arch, plan.seccomp)
         .unwrap_or_else(|e| fail(Step::Seccomp, e));
     seccomp::install(&filters).unwrap_or_else(|e| fail(Step::Seccomp, e));
 

@@ -13,6 +13,7 @@ pub mod plan;
 pub mod reaper;
 pub mod rlimits;
 pub mod seccomp;
+pub mod sysv_ipc;
 pub mod uid;
 
 use super::{Availability, BackendKind, BoxFuture, LaunchSpec, Launched};
@@ -489,9 +490,12 @@ impl Drop for SessionGuard {
             cg.kill_all();
         }
         // The uid slot is released only after its processes are gone (their kill is synchronous
-        // for the helper; the PID namespace takes the rest down with it).
+        // for the helper; the PID namespace takes the rest down with it), and after whatever
+        // SysV IPC objects it owns in the host's namespace (see sysv_ipc.rs) are removed.
         self.cgroup.take();
-        self.uid.take();
+        if let Some(lease) = self.uid.take() {
+            sysv_ipc::remove_owned_by(lease.uid);
+        }
         if let Err(e) = std::fs::remove_dir_all(&self.base) {
             tracing::debug!(path = %self.base.display(), error = %e, "could not remove session directory");
         }

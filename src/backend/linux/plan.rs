@@ -101,9 +101,8 @@ pub struct LinuxPlan {
     pub drop_to: Option<(u32, u32)>,
     pub rlimits: Vec<Rlimit>,
     pub landlock: LandlockPlan,
-    pub deny_network: bool,
-    /// No mount namespace hides the host's unix sockets: refuse `socket(AF_UNIX)` (seccomp).
-    pub deny_unix_sockets: bool,
+    /// The conditional seccomp filters: what no namespace confines is refused by syscall.
+    pub seccomp: super::seccomp::Options,
 }
 
 /// The host paths of a session's directories.
@@ -266,8 +265,15 @@ pub fn build(
         drop_to: host.session_ids.filter(|_| host.is_root),
         rlimits,
         landlock,
-        deny_network: !spec.network,
-        deny_unix_sockets: !own_root,
+        seccomp: super::seccomp::Options {
+            deny_network: !spec.network,
+            // No mount namespace hides the host's unix sockets.
+            deny_unix_sockets: !namespaces.mount,
+            // No PID namespace: a pid may name any process of the host.
+            deny_other_processes: !namespaces.pid,
+            // No IPC namespace: SysV objects would live in the host's and outlive the session.
+            deny_sysv_ipc: !namespaces.ipc,
+        },
     }
 }
 
@@ -367,10 +373,14 @@ mod tests {
             .filter(|b| b.writable)
             .all(|b| b.dst == Path::new(WORKSPACE) || b.dst.starts_with("/dev")));
         assert!(!plan.landlock.required);
-        assert!(plan.deny_network && plan.landlock.deny_tcp);
+        assert!(plan.seccomp.deny_network && plan.landlock.deny_tcp);
         assert!(
-            !plan.deny_unix_sockets,
+            !plan.seccomp.deny_unix_sockets,
             "the own root hides the host's sockets"
+        );
+        assert!(
+            !plan.seccomp.deny_other_processes && !plan.seccomp.deny_sysv_ipc,
+            "PID and IPC namespaces confine pids and IPC objects"
         );
     }
 
@@ -402,8 +412,11 @@ mod tests {
         assert_eq!(plan.namespaces, Namespaces::default());
         assert!(plan.root.is_none());
         assert!(plan.landlock.required);
-        // The host's unix sockets are on the filesystem the sandbox sees.
-        assert!(plan.deny_unix_sockets);
+        // The host's unix sockets, processes and IPC objects are within reach: seccomp
+        // refuses what no namespace hides.
+        assert!(plan.seccomp.deny_unix_sockets);
+        assert!(plan.seccomp.deny_other_processes);
+        assert!(plan.seccomp.deny_sysv_ipc);
         assert!(plan
             .landlock
             .read_write
@@ -424,7 +437,7 @@ mod tests {
             &host(false, true),
             &kind,
         );
-        assert!(!plan.namespaces.net && !plan.deny_network && !plan.landlock.deny_tcp);
+        assert!(!plan.namespaces.net && !plan.seccomp.deny_network && !plan.landlock.deny_tcp);
     }
 
     #[test]

@@ -2,20 +2,55 @@
 //! Docker's default profile, commented where it decides something), turned into seccompiler's
 //! JSON format per architecture and compiled. Pure until [`install`].
 //!
-//! Filters installed, in order: `allow` (EPERM for anything not allowed, with an x32 prefix on
-//! x86-64), `clone3` (ENOSYS, so libc falls back to `clone`, whose flags `allow` checks), and,
-//! when the execution has no network, `network` (EAFNOSUPPORT for every socket family but
-//! AF_UNIX), and, when the sandbox sees the host's filesystem (no mount namespace),
-//! `unix_sockets` (EACCES for `socket(AF_UNIX)`, since Landlock does not govern connecting to
-//! a socket by path; `socketpair` stays). The kernel returns the strictest answer of all filters and, between two errnos,
-//! the one of the filter installed last. Syscalls of a foreign ABI (i386 on x86-64, arm32 on
-//! aarch64) kill the process: seccompiler puts an architecture check at the head of every
-//! filter.
+//! Filters installed, in order (each optional one chosen by [`Options`]):
+//! - `allow`: EPERM for anything not allowed, with an x32 prefix on x86-64;
+//! - `clone3`: ENOSYS, so libc falls back to `clone`, whose flags `allow` checks;
+//! - `network` (no network): EAFNOSUPPORT for every socket family but AF_UNIX;
+//! - `unix_sockets` (no mount namespace): EACCES for `socket(AF_UNIX)`, since Landlock does not
+//!   govern connecting to a socket by path; `socketpair` stays;
+//! - `other_processes` (no PID namespace): EPERM for calls that act on another process by pid
+//!   (`prlimit64`, priorities, scheduling, `getsid`/`getpgid`, ...) unless the pid is 0 (self);
+//! - `sysv_ipc` (no IPC namespace): EPERM for SysV IPC and POSIX message queues.
+//!
+//! The kernel returns the strictest answer of all filters and, between two errnos, the one of
+//! the filter installed last. Syscalls of a foreign ABI (i386 on x86-64, arm32 on aarch64) kill
+//! the process: seccompiler puts an architecture check at the head of every filter.
 
 use seccompiler::{BpfProgram, TargetArch};
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 const PROFILE: &str = include_str!("../../../profiles/seccomp/sandbox.json");
+
+/// Which of the conditional filters to install, besides `allow` and `clone3`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Options {
+    /// The execution has no network: every socket family but AF_UNIX fails.
+    pub deny_network: bool,
+    /// No mount namespace hides the host's unix sockets: `socket(AF_UNIX)` fails.
+    pub deny_unix_sockets: bool,
+    /// No PID namespace: calls naming another process by pid fail.
+    pub deny_other_processes: bool,
+    /// No IPC namespace: SysV IPC and POSIX message queues fail.
+    pub deny_sysv_ipc: bool,
+}
+
+impl Options {
+    /// The optional filters, by name, in installation order.
+    fn filters(self) -> impl Iterator<Item = &'static str> {
+        [
+            (self.deny_network, "network"),
+            (self.deny_unix_sockets, "unix_sockets"),
+            (self.deny_other_processes, "other_processes"),
+            (self.deny_sysv_ipc, "sysv_ipc"),
+        ]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+    }
+}
+
+/// The optional filters of the profile, in installation order.
+const OPTIONAL_FILTERS: [&str; 4] = ["network", "unix_sockets", "other_processes", "sysv_ipc"];
 
 /// The x32 ABI shares AUDIT_ARCH_X86_64 but sets this bit in the syscall number.
 const X32_SYSCALL_BIT: u32 = 0x4000_0000;
@@ -69,7 +104,7 @@ fn allowed_names(profile: &Value, arch: TargetArch) -> Vec<String> {
         .collect()
 }
 
-/// seccompiler's JSON for `arch`: the `allow`, `clone3` and `network` filters.
+/// seccompiler's JSON for `arch`: the `allow` and `clone3` filters and every optional one.
 fn seccompiler_json(arch: TargetArch) -> Result<Value, SeccompError> {
     let err = |message: String| SeccompError::Profile {
         arch: arch_name(arch),
@@ -92,9 +127,13 @@ fn seccompiler_json(arch: TargetArch) -> Result<Value, SeccompError> {
     let mut out = json!({
         "allow": { "mismatch_action": { "errno": libc::EPERM }, "match_action": "allow", "filter": rules },
         "clone3": profile["clone3"].clone(),
-        "network": profile["network"].clone(),
-        "unix_sockets": profile["unix_sockets"].clone(),
     });
+    for name in OPTIONAL_FILTERS {
+        if !profile[name].is_object() {
+            return Err(err(format!("filter {name} missing from the profile")));
+        }
+        out[name] = profile[name].clone();
+    }
     strip_comments(&mut out);
     Ok(out)
 }
@@ -102,8 +141,7 @@ fn seccompiler_json(arch: TargetArch) -> Result<Value, SeccompError> {
 /// The filters to install for `arch`, in installation order, as `(name, program)`.
 pub fn compile(
     arch: TargetArch,
-    deny_network: bool,
-    deny_unix_sockets: bool,
+    options: Options,
 ) -> Result<Vec<(String, BpfProgram)>, SeccompError> {
     let text = seccompiler_json(arch)?.to_string();
     let mut map = seccompiler::compile_from_json(text.as_bytes(), arch).map_err(|e| {
@@ -126,11 +164,8 @@ pub fn compile(
         ("allow".to_string(), allow),
         ("clone3".to_string(), take("clone3")?),
     ];
-    if deny_network {
-        out.push(("network".to_string(), take("network")?));
-    }
-    if deny_unix_sockets {
-        out.push(("unix_sockets".to_string(), take("unix_sockets")?));
+    for name in options.filters() {
+        out.push((name.to_string(), take(name)?));
     }
     Ok(out)
 }
@@ -188,24 +223,44 @@ mod tests {
     #[test]
     fn compiles_for_every_supported_arch() {
         for arch in [TargetArch::x86_64, TargetArch::aarch64] {
-            let f = compile(arch, true, true).unwrap();
+            let all = Options {
+                deny_network: true,
+                deny_unix_sockets: true,
+                deny_other_processes: true,
+                deny_sysv_ipc: true,
+            };
+            let f = compile(arch, all).unwrap();
             let names: Vec<_> = f.iter().map(|(n, _)| n.as_str()).collect();
-            assert_eq!(names, ["allow", "clone3", "network", "unix_sockets"]);
+            assert_eq!(
+                names,
+                [
+                    "allow",
+                    "clone3",
+                    "network",
+                    "unix_sockets",
+                    "other_processes",
+                    "sysv_ipc"
+                ]
+            );
             assert!(
                 f.iter().all(|(_, p)| !p.is_empty() && p.len() < 4096),
                 "BPF programs are limited to 4096 instructions"
             );
-            assert_eq!(compile(arch, false, false).unwrap().len(), 2);
-            assert_eq!(compile(arch, false, true).unwrap().len(), 3);
+            assert_eq!(compile(arch, Options::default()).unwrap().len(), 2);
+            let no_ns = Options {
+                deny_network: false,
+                ..all
+            };
+            assert_eq!(compile(arch, no_ns).unwrap().len(), 5);
         }
     }
 
     #[test]
     fn x86_64_allow_filter_starts_with_x32_guard() {
-        let f = compile(TargetArch::x86_64, false, false).unwrap();
+        let f = compile(TargetArch::x86_64, Options::default()).unwrap();
         assert_eq!(f[0].1[1].k, X32_SYSCALL_BIT);
         assert_eq!(f[0].1[2].k, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32);
-        let a = compile(TargetArch::aarch64, false, false).unwrap();
+        let a = compile(TargetArch::aarch64, Options::default()).unwrap();
         assert_ne!(a[0].1[1].k, X32_SYSCALL_BIT);
     }
 
@@ -271,6 +326,10 @@ mod tests {
                 "vhangup",
                 "fanotify_init",
                 "clone3",
+                "process_mrelease",
+                "process_madvise",
+                "migrate_pages",
+                "move_pages",
             ] {
                 assert!(
                     !allowed.iter().any(|a| a == s),
@@ -280,6 +339,54 @@ mod tests {
                     !conditional.contains(&s) || s == "clone",
                     "{s} is conditionally allowed"
                 );
+            }
+        }
+    }
+
+    #[test]
+    fn user_wide_priorities_are_never_allowed() {
+        let p = profile();
+        for arch in [TargetArch::x86_64, TargetArch::aarch64] {
+            let allowed = allowed_names(&p, arch);
+            for s in ["getpriority", "setpriority", "ioprio_get", "ioprio_set"] {
+                assert!(!allowed.iter().any(|a| a == s), "{s} unconditional");
+            }
+        }
+        // PRIO_USER (2) and IOPRIO_WHO_USER (3) appear in no allowing rule.
+        for rule in p["allow_with_arguments"].as_array().unwrap() {
+            let name = rule["syscall"].as_str().unwrap();
+            let user_wide = match name {
+                "getpriority" | "setpriority" => 2,
+                "ioprio_get" | "ioprio_set" => 3,
+                _ => continue,
+            };
+            let arg = &rule["args"][0];
+            assert_eq!((arg["index"].as_u64(), arg["op"].as_str()), (Some(0), Some("eq")));
+            assert_ne!(arg["val"], user_wide, "{name} allows the user-wide target");
+        }
+    }
+
+    #[test]
+    fn conditional_filters_name_only_syscalls_the_allowlist_lets_through() {
+        // A refusal of a syscall the allowlist already refuses would be dead: each name in an
+        // optional filter must be one the allowlist allows (unconditionally or with arguments).
+        let p = profile();
+        let conditional: Vec<&str> = p["allow_with_arguments"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["syscall"].as_str().unwrap())
+            .collect();
+        for arch in [TargetArch::x86_64, TargetArch::aarch64] {
+            let allowed = allowed_names(&p, arch);
+            for filter in OPTIONAL_FILTERS {
+                for rule in p[filter]["filter"].as_array().unwrap() {
+                    let name = rule["syscall"].as_str().unwrap();
+                    assert!(
+                        allowed.iter().any(|a| a == name) || conditional.contains(&name),
+                        "{filter}: {name} is refused by the allowlist already on {arch:?}"
+                    );
+                }
             }
         }
     }

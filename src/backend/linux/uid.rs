@@ -24,6 +24,8 @@ pub fn lease(state_dir: &Path, base: u32, count: u32) -> std::io::Result<UidLeas
             .open(&path)?;
         // SAFETY: flock on a descriptor we own; no memory is touched.
         if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            // A sandpit killed before its teardown may have left objects of this uid behind.
+            super::sysv_ipc::remove_owned_by(base + slot);
             return Ok(UidLease {
                 uid: base + slot,
                 _lock: f,
