@@ -737,7 +737,11 @@ mod containment {
             process_facts(server_pid),
             own_nofile(),
         );
-        let ioprio_set = if cfg!(target_arch = "x86_64") { 251 } else { 30 };
+        let ioprio_set = if cfg!(target_arch = "x86_64") {
+            251
+        } else {
+            30
+        };
         let code = format!(
             r#"import ctypes
 libc = ctypes.CDLL(None, use_errno=True)
@@ -794,6 +798,122 @@ result = out"#
         }
     }
 
+    /// Mode, owner, times and extended attributes of files outside the sandbox's writable roots
+    /// stay as they are, by path, through a symlink in the workspace, and by descriptor, even
+    /// where the sandbox has the caller's uid and sees the host's files (no namespaces,
+    /// unprivileged: Landlock has no right for metadata). Inside the workspace the same calls
+    /// work (chmod +x, utime, shutil.copy2). Oracles: the host's stat of a canary file and
+    /// directory, sandpit's state directory and the session's own directory.
+    pub async fn file_metadata_outside_the_workspace_is_unchanged(ctx: Ctx) {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let dir = tempfile::Builder::new()
+            .prefix("sandpit-canary-")
+            .tempdir_in("/tmp")
+            .unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let canary = dir.path().join("canary");
+        std::fs::write(&canary, "canary").unwrap();
+        std::fs::set_permissions(&canary, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let mut s = ctx.session(Language::Python).await;
+        exec(&mut s, "pass").await;
+        let ws = s.host_workspace();
+        // The session's own directory (parent of the workspace), the sessions directory and
+        // the state directory: none of them is the sandbox's to change.
+        let mut watched = vec![dir.path().to_path_buf(), canary.clone()];
+        if let Some(ws) = &ws {
+            watched.extend(ws.ancestors().skip(1).take(3).map(|p| p.to_path_buf()));
+        }
+        let facts = |p: &std::path::Path| {
+            let m = std::fs::symlink_metadata(p).unwrap();
+            let xattr = xattr_names(p);
+            (
+                p.display().to_string(),
+                m.mode(),
+                m.uid(),
+                m.gid(),
+                m.mtime(),
+                m.ctime(),
+                m.ctime_nsec(),
+                xattr,
+            )
+        };
+        let before: Vec<_> = watched.iter().map(|p| facts(p)).collect();
+        let targets: Vec<String> = watched.iter().map(|p| p.display().to_string()).collect();
+        let code = format!(
+            r#"import os, shutil
+targets = {targets:?}
+out = {{}}
+def attempt(name, f):
+    try:
+        f()
+        out[name] = 'changed'
+    except OSError as e:
+        out[name] = e.errno
+uid, gid = os.getuid(), os.getgid()
+for i, t in enumerate(targets):
+    attempt(f'chmod {{i}}', lambda: os.chmod(t, 0o777))
+    attempt(f'chown {{i}}', lambda: os.chown(t, uid, gid))
+    attempt(f'lchown {{i}}', lambda: os.lchown(t, uid, gid))
+    attempt(f'utime {{i}}', lambda: os.utime(t, (1, 1)))
+    attempt(f'utime-now {{i}}', lambda: os.utime(t))
+    attempt(f'setxattr {{i}}', lambda: os.setxattr(t, 'user.sandpit', b'x'))
+    attempt(f'removexattr {{i}}', lambda: os.removexattr(t, 'user.sandpit'))
+    try:
+        fd = os.open(t, os.O_PATH)
+    except OSError:
+        continue
+    attempt(f'fchmod {{i}}', lambda: os.chmod(fd, 0o777))
+    attempt(f'fchown {{i}}', lambda: os.chown(fd, uid, gid))
+    attempt(f'futime {{i}}', lambda: os.utime(fd, (1, 1)))
+    os.close(fd)
+# Through a symlink in the workspace, and through /proc's magic links.
+os.symlink(targets[1], 'link')
+os.symlink(targets[0], 'dirlink')
+attempt('chmod link', lambda: os.chmod('link', 0o777))
+attempt('chown link', lambda: os.chown('link', uid, gid))
+attempt('utime link', lambda: os.utime('link', (1, 1)))
+attempt('chmod dirlink/canary', lambda: os.chmod('dirlink/canary', 0o777))
+attempt('chmod dirlink/..', lambda: os.chmod('dirlink/..', 0o777))
+attempt('chmod ../..', lambda: os.chmod('../..', 0o777))
+attempt('chmod proc', lambda: os.chmod('/proc/self/cwd/../..', 0o777))
+# Inside the workspace the same calls work.
+with open('tool.sh', 'w') as f:
+    f.write('echo hi')
+os.chmod('tool.sh', 0o755)
+os.utime('tool.sh', (1000000, 2000000))
+shutil.copy2('tool.sh', 'copy.sh')
+st = os.stat('copy.sh')
+os.mkdir('d')
+os.chmod('d', 0o700)
+fd = os.open('tool.sh', os.O_RDONLY)
+os.fchmod(fd, 0o750)
+os.close(fd)
+result = {{'out': out, 'inside': [oct(os.stat('tool.sh').st_mode & 0o777), oct(st.st_mode & 0o777), int(st.st_mtime), oct(os.stat('d').st_mode & 0o777)]}}"#
+        );
+        let r = exec(&mut s, &code).await;
+        let after: Vec<_> = watched.iter().map(|p| facts(p)).collect();
+        s.kill().await;
+        assert_eq!(
+            before, after,
+            "the sandbox changed the metadata of a file outside its workspace: {r:?}"
+        );
+        let v = r
+            .result
+            .clone()
+            .unwrap_or_else(|| panic!("no result: {r:?}"));
+        for (name, outcome) in v["out"].as_object().unwrap() {
+            assert_ne!(
+                outcome, "changed",
+                "{name} succeeded outside the workspace: {v}"
+            );
+        }
+        assert_eq!(
+            v["inside"],
+            serde_json::json!(["0o750", "0o755", 2000000, "0o700"]),
+            "metadata calls inside the workspace: {v}"
+        );
+    }
+
     /// SysV IPC objects never outlive a session in the host's IPC namespace (a later session
     /// with the same uid could read them back). Oracle: the host's /proc/sysvipc tables.
     pub async fn sysv_ipc_does_not_outlive_the_session(ctx: Ctx) {
@@ -822,8 +942,8 @@ result = out"#
             .result
             .clone()
             .unwrap_or_else(|| panic!("no result: {r:?}"));
-        let no_namespaces =
-            ctx.policy.linux.namespaces == sandpit::policy::NamespaceMode::Off && ctx.kind() == sandpit::backend::BackendKind::Linux;
+        let no_namespaces = ctx.policy.linux.namespaces == sandpit::policy::NamespaceMode::Off
+            && ctx.kind() == sandpit::backend::BackendKind::Linux;
         if no_namespaces {
             for call in ["shmget", "semget", "msgget"] {
                 assert_eq!(
@@ -835,7 +955,11 @@ result = out"#
         }
         s.kill().await;
         drop(s);
-        for table in ["/proc/sysvipc/shm", "/proc/sysvipc/sem", "/proc/sysvipc/msg"] {
+        for table in [
+            "/proc/sysvipc/shm",
+            "/proc/sysvipc/sem",
+            "/proc/sysvipc/msg",
+        ] {
             let text = std::fs::read_to_string(table).unwrap_or_default();
             assert!(
                 !text
@@ -1080,6 +1204,7 @@ matrix!(containment; [linux, linux_no_ns, docker];
     host_processes_are_invisible_and_unsignalable,
     other_processes_are_out_of_reach,
     sysv_ipc_does_not_outlive_the_session,
+    file_metadata_outside_the_workspace_is_unchanged,
     no_privileges,
     dangerous_syscalls_are_refused,
     foreign_abi_syscalls_kill_the_process,
@@ -1135,4 +1260,15 @@ fn own_nofile() -> (u64, u64) {
     // SAFETY: getrlimit writes one rlimit struct we own.
     unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) };
     (r.rlim_cur, r.rlim_max)
+}
+
+/// The names of a file's extended attributes (llistxattr), as raw bytes.
+fn xattr_names(p: &std::path::Path) -> Vec<u8> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: llistxattr writes at most buf.len() bytes into buf and reads the path.
+    let n = unsafe { libc::llistxattr(c.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    buf.truncate(n.max(0) as usize);
+    buf
 }

@@ -8,14 +8,15 @@
 //! final `execve` needs is prepared before the last fork.
 
 use super::plan::LinuxPlan;
-use super::{landlock_rules, mounts, reaper, seccomp};
+use super::{landlock_rules, metadata, mounts, reaper, seccomp};
 use nix::sched::{unshare, CloneFlags};
 use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{fork, ForkResult, Gid, Pid, Uid};
 use std::ffi::CString;
 use std::io::Write;
-use std::os::fd::FromRawFd;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::PathBuf;
 
 /// The steps, with their exit codes.
 #[derive(Debug, Clone, Copy)]
@@ -93,16 +94,47 @@ enum Waiter {
     Subreaper,
 }
 
+/// The metadata supervisor's channel (see metadata.rs): the waiter's end, the child's end, and
+/// the writable roots beneath which the waiter makes metadata changes.
+struct Supervision {
+    waiter_end: OwnedFd,
+    child_end: OwnedFd,
+    roots: Vec<PathBuf>,
+}
+
+/// In the waiter: a thread that takes the listener the confined child sends and answers its
+/// notifications. Without the thread the socket closes, the child's send fails and the launch
+/// ends at the seccomp step: closed, never unsupervised.
+fn start_supervisor(waiter_end: OwnedFd, roots: Vec<PathBuf>) {
+    let _ = std::thread::Builder::new()
+        .name("metadata".into())
+        .spawn(move || {
+            if let Some(listener) = metadata::recv_fd(&waiter_end) {
+                metadata::Supervisor::new(listener, &roots).run();
+            }
+        });
+}
+
 /// Forks; the parent stays behind as the waiter (closing its copies of the session's
 /// descriptors, so the host sees EOF as soon as the sandbox is gone) and exits like the child;
-/// the child returns and goes on with the confinement.
-fn split_off_waiter(waiter: Waiter, step: Step, what: &str) {
+/// the child returns (with its end of the supervision channel, if any) and goes on with the
+/// confinement.
+fn split_off_waiter(
+    waiter: Waiter,
+    step: Step,
+    what: &str,
+    supervision: Option<Supervision>,
+) -> Option<OwnedFd> {
     // SAFETY: single-threaded process (the helper starts no threads), so fork is safe.
     match unsafe { fork() } {
         Ok(ForkResult::Parent { child }) => {
             for fd in 0..=4 {
                 // SAFETY: the waiter needs none of the session's descriptors.
                 unsafe { libc::close(fd) };
+            }
+            if let Some(s) = supervision {
+                drop(s.child_end);
+                start_supervisor(s.waiter_end, s.roots);
             }
             let code = wait_for(child);
             if let Waiter::Subreaper = waiter {
@@ -122,6 +154,7 @@ fn split_off_waiter(waiter: Waiter, step: Step, what: &str) {
         Ok(ForkResult::Child) => {
             die_with_parent()
                 .unwrap_or_else(|e| fail(Step::Setup, format!("PR_SET_PDEATHSIG: {e}")));
+            supervision.map(|s| s.child_end)
         }
         Err(e) => fail(step, format!("{what}: {e}")),
     }
@@ -196,16 +229,39 @@ pub fn main(plan_json: &str) -> ! {
             Waiter::Plain,
             Step::Namespaces,
             "fork into the PID namespace",
+            None,
         );
     }
 
     // 4b. No PID namespace: the parent stays outside the confinement as a child subreaper, so
     //     daemons that leave the process group are re-parented to it and die with the session
-    //     (see reaper.rs); the child goes on to confine itself and exec the interpreter.
+    //     (see reaper.rs); the child goes on to confine itself and exec the interpreter. When
+    //     the sandbox keeps our uid on the host's filesystem, the waiter also makes its
+    //     metadata changes, beneath its writable roots only (metadata.rs).
+    let mut metadata_channel = None;
     if !ns.pid {
         reaper::become_subreaper()
             .unwrap_or_else(|e| fail(Step::Setup, format!("PR_SET_CHILD_SUBREAPER: {e}")));
-        split_off_waiter(Waiter::Subreaper, Step::Setup, "fork the confined child");
+        let supervision = plan.supervise_metadata.as_ref().map(|roots| {
+            let (waiter_end, child_end) = metadata::channel()
+                .unwrap_or_else(|e| fail(Step::Setup, format!("socketpair: {e}")));
+            Supervision {
+                waiter_end,
+                child_end,
+                roots: roots.clone(),
+            }
+        });
+        metadata_channel = split_off_waiter(
+            Waiter::Subreaper,
+            Step::Setup,
+            "fork the confined child",
+            supervision,
+        );
+    } else if plan.supervise_metadata.is_some() {
+        fail(
+            Step::Plan,
+            "metadata supervision needs the no-PID-namespace waiter",
+        );
     }
 
     // 5. Filesystem view: the sandbox's own root (needs the mount namespace; must precede
@@ -250,14 +306,29 @@ pub fn main(plan_json: &str) -> ! {
     nix::sys::prctl::set_no_new_privs()
         .unwrap_or_else(|e| fail(Step::Seccomp, format!("PR_SET_NO_NEW_PRIVS: {e}")));
     let arch = seccomp::native_arch().unwrap_or_else(|e| fail(Step::Seccomp, e));
-    let filters = seccomp::compile(arch, plan.seccomp)
-        .unwrap_or_else(|e| fail(Step::Seccomp, e));
+    let filters = seccomp::compile(arch, plan.seccomp).unwrap_or_else(|e| fail(Step::Seccomp, e));
     seccomp::install(&filters).unwrap_or_else(|e| fail(Step::Seccomp, e));
+    let mut filter_names: Vec<String> = filters.iter().map(|(n, _)| n.clone()).collect();
+    if let Some(channel) = metadata_channel {
+        let listener = metadata::install_listener().unwrap_or_else(|e| {
+            fail(
+                Step::Seccomp,
+                format!("metadata notification filter (needs Linux >= 5.0): {e}"),
+            )
+        });
+        metadata::send_fd(&channel, &listener).unwrap_or_else(|e| {
+            fail(
+                Step::Seccomp,
+                format!("hand the metadata listener to the waiter: {e}"),
+            )
+        });
+        filter_names.push("metadata (user notification)".into());
+    }
 
     // 10. Tell the host what is in force, then exec the interpreter with a clean environment.
     let report = serde_json::json!({"layers": {
         "namespaces": ns, "root": plan.root.is_some(), "uid": nix::unistd::getuid().as_raw(),
-        "landlock": landlock, "seccomp_filters": filters.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>(),
+        "landlock": landlock, "seccomp_filters": filter_names,
         "cgroup": plan.wait_for_placement, "rlimits": plan.rlimits,
     }});
     write_fd(RESPONSE_FD, format!("{report}\n").as_bytes());
@@ -277,7 +348,7 @@ pub fn main(plan_json: &str) -> ! {
 
     if ns.pid {
         // PID 1 must stay to reap orphans; the interpreter runs as its child.
-        split_off_waiter(Waiter::Plain, Step::Exec, "fork the interpreter");
+        split_off_waiter(Waiter::Plain, Step::Exec, "fork the interpreter", None);
     }
     let e = nix::unistd::execve(&program, &argv, &env).unwrap_err();
     fail(Step::Exec, format!("execve {}: {e}", plan.argv[0]))

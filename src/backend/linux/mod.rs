@@ -8,6 +8,7 @@
 pub mod cgroup;
 pub mod helper;
 pub mod landlock_rules;
+pub mod metadata;
 pub mod mounts;
 pub mod plan;
 pub mod reaper;

@@ -103,6 +103,10 @@ pub struct LinuxPlan {
     pub landlock: LandlockPlan,
     /// The conditional seccomp filters: what no namespace confines is refused by syscall.
     pub seccomp: super::seccomp::Options,
+    /// The sandbox keeps the caller's uid and sees the host's filesystem: its metadata calls
+    /// (chmod, chown, utime, xattrs) go to the waiter, which makes them only beneath these
+    /// writable roots (see metadata.rs).
+    pub supervise_metadata: Option<Vec<PathBuf>>,
 }
 
 /// The host paths of a session's directories.
@@ -254,6 +258,11 @@ pub fn build(
         }
     };
 
+    let drop_to = host.session_ids.filter(|_| host.is_root);
+    // Landlock has no right for metadata: without a mount namespace and with the caller's own
+    // uid, every file the user owns would be chmod-able by path.
+    let supervise_metadata = (!namespaces.mount && drop_to.is_none())
+        .then(|| vec![dirs.workspace.clone(), dirs.tmp.clone(), dirs.home.clone()]);
     LinuxPlan {
         argv,
         env,
@@ -262,7 +271,7 @@ pub fn build(
         namespaces,
         id_map: namespaces.user.then_some((host.uid, host.gid)),
         root,
-        drop_to: host.session_ids.filter(|_| host.is_root),
+        drop_to,
         rlimits,
         landlock,
         seccomp: super::seccomp::Options {
@@ -274,6 +283,7 @@ pub fn build(
             // No IPC namespace: SysV objects would live in the host's and outlive the session.
             deny_sysv_ipc: !namespaces.ipc,
         },
+        supervise_metadata,
     }
 }
 
@@ -382,6 +392,10 @@ mod tests {
             !plan.seccomp.deny_other_processes && !plan.seccomp.deny_sysv_ipc,
             "PID and IPC namespaces confine pids and IPC objects"
         );
+        assert_eq!(
+            plan.supervise_metadata, None,
+            "the own root hides the host's files"
+        );
     }
 
     #[test]
@@ -417,6 +431,23 @@ mod tests {
         assert!(plan.seccomp.deny_unix_sockets);
         assert!(plan.seccomp.deny_other_processes);
         assert!(plan.seccomp.deny_sysv_ipc);
+        // The caller's own uid on the host's files: metadata changes only beneath the roots.
+        assert_eq!(
+            plan.supervise_metadata,
+            Some(vec![
+                PathBuf::from("/state/s1/workspace"),
+                "/state/s1/tmp".into(),
+                "/state/s1/home".into()
+            ])
+        );
+        // As root the session has its own uid, which owns nothing of the host's.
+        let as_root = build(
+            &spec(Language::Python, false),
+            &dirs(),
+            &host(true, false),
+            &kind,
+        );
+        assert!(as_root.drop_to.is_some() && as_root.supervise_metadata.is_none());
         assert!(plan
             .landlock
             .read_write

@@ -361,7 +361,10 @@ mod tests {
                 _ => continue,
             };
             let arg = &rule["args"][0];
-            assert_eq!((arg["index"].as_u64(), arg["op"].as_str()), (Some(0), Some("eq")));
+            assert_eq!(
+                (arg["index"].as_u64(), arg["op"].as_str()),
+                (Some(0), Some("eq"))
+            );
             assert_ne!(arg["val"], user_wide, "{name} allows the user-wide target");
         }
     }

@@ -86,12 +86,18 @@ pub fn remove_owned_by(uid: u32) -> usize {
         for id in owned_by(&table, kind.id_column(), uid) {
             match kind.remove(id) {
                 Ok(()) => removed += 1,
-                Err(e) => tracing::warn!(?kind, id, uid, error = %e, "could not remove a SysV IPC object of a session uid"),
+                Err(e) => {
+                    tracing::warn!(?kind, id, uid, error = %e, "could not remove a SysV IPC object of a session uid")
+                }
             }
         }
     }
     if removed > 0 {
-        tracing::info!(uid, removed, "removed SysV IPC objects left by a session uid");
+        tracing::info!(
+            uid,
+            removed,
+            "removed SysV IPC objects left by a session uid"
+        );
     }
     removed
 }
