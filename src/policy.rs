@@ -85,6 +85,10 @@ pub struct LinuxSettings {
     /// `auto`: use namespaces where the host allows them; `off`: never (Landlock, seccomp,
     /// rlimits and a subreaper only, as on hosts that block unprivileged user namespaces).
     pub namespaces: NamespaceMode,
+    /// Use at most this Landlock ABI (0: whatever the kernel offers), to run the sandbox an
+    /// older kernel would give, e.g. 4 for Ubuntu 24.04's 6.8 (no signal scoping).
+    #[serde(default)]
+    pub landlock_abi_max: u32,
 }
 
 /// Whether the native backend may use namespaces (`linux.namespaces`).
@@ -387,6 +391,11 @@ pub const ENV_KEYS: &[(&str, &str, &str)] = &[
     ("SANDPIT_UID_BASE", "linux", "uid_base"),
     ("SANDPIT_UID_COUNT", "linux", "uid_count"),
     ("SANDPIT_LINUX_NAMESPACES", "linux", "namespaces"),
+    (
+        "SANDPIT_LINUX_LANDLOCK_ABI_MAX",
+        "linux",
+        "landlock_abi_max",
+    ),
 ];
 
 fn apply_env(

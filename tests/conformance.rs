@@ -401,6 +401,44 @@ mod functional {
         s.kill().await;
     }
 
+    /// Signals between the sandbox's own processes work on every backend and mode (where the
+    /// waiter decides signals, it must let these through): kill of a child, of the own process
+    /// group, a probe of the own pid, Python's subprocess and os.pidfd_open.
+    pub async fn signals_reach_the_sandbox_s_own_processes(ctx: Ctx) {
+        let r = ctx
+            .run(
+                Language::Bash,
+                "sleep 100 & pid=$!; kill $pid; wait $pid; echo \"status $?\"; trap 'echo got USR1' USR1; kill -USR1 0; kill -0 $$ && echo alive",
+            )
+            .await;
+        assert_eq!(r.stdout, "status 143\ngot USR1\nalive\n", "{r:?}");
+        let r = ctx
+            .run(
+                Language::Python,
+                "import os, signal, subprocess, time\n\
+                 p = subprocess.Popen(['sleep', '100'])\n\
+                 fd = os.pidfd_open(p.pid)\n\
+                 signal.pidfd_send_signal(fd, signal.SIGTERM)\n\
+                 code = p.wait(timeout=10)\n\
+                 q = subprocess.Popen(['sleep', '100'])\n\
+                 q.kill(); q.wait(timeout=10)\n\
+                 got = []\n\
+                 signal.signal(signal.SIGUSR2, lambda *a: got.append(1))\n\
+                 os.kill(os.getpid(), signal.SIGUSR2)\n\
+                 time.sleep(0.05)\n\
+                 result = [code, q.returncode, got]",
+            )
+            .await;
+        assert_eq!(r.result, Some(serde_json::json!([-15, -9, [1]])), "{r:?}");
+        let r = ctx
+            .run(
+                Language::Javascript,
+                "const { spawn } = require('child_process'); const c = spawn('sleep', ['100']); result = await new Promise(res => { c.on('exit', (code, sig) => res(sig)); c.kill('SIGTERM'); });",
+            )
+            .await;
+        assert_eq!(r.result, Some(serde_json::json!("SIGTERM")), "{r:?}");
+    }
+
     pub async fn forked_children_do_not_take_over_the_session(ctx: Ctx) {
         let mut s = ctx.session(Language::Python).await;
         for i in 0..3 {
@@ -700,7 +738,7 @@ mod containment {
             .unwrap();
         let pid = canary.id();
         let code = format!(
-            "import os, signal\npids = [p for p in os.listdir('/proc') if p.isdigit()]\ntry:\n    os.kill({pid}, signal.SIGKILL); k = 'sent'\nexcept OSError as e:\n    k = e.errno\ntry:\n    os.kill(-1, signal.SIGKILL)\nexcept OSError:\n    pass\nresult = [len(pids), k]"
+            "import os, signal\ntry:\n    pids = [p for p in os.listdir('/proc') if p.isdigit()]\nexcept OSError:\n    pids = []  # no namespaces: /proc is not readable\ntry:\n    os.kill({pid}, signal.SIGKILL); k = 'sent'\nexcept OSError as e:\n    k = e.errno\ntry:\n    os.kill(-1, signal.SIGKILL)\nexcept OSError:\n    pass\nresult = [len(pids), k]"
         );
         let r = ctx.run(Language::Python, &code).await;
         std::thread::sleep(Duration::from_millis(100));
@@ -1173,7 +1211,7 @@ result = out"#
     }
 }
 
-matrix!(functional; [linux, linux_no_ns, docker, unsandboxed];
+matrix!(functional; [linux, linux_no_ns, linux_no_ns_abi4, docker, unsandboxed];
     python_state_persists,
     javascript_state_and_top_level_await,
     bash_state_persists,
@@ -1191,12 +1229,13 @@ matrix!(functional; [linux, linux_no_ns, docker, unsandboxed];
     packages_install_into_the_session,
     environment_is_clean,
     forked_children_do_not_take_over_the_session,
+    signals_reach_the_sandbox_s_own_processes,
     workspace_modules_import,
     bash_exit_ends_the_cell_not_the_session,
     recycling_is_reported,
 );
 
-matrix!(containment; [linux, linux_no_ns, docker];
+matrix!(containment; [linux, linux_no_ns, linux_no_ns_abi4, docker];
     host_files_are_unreadable,
     writes_outside_the_workspace_are_refused,
     no_network_by_any_route,

@@ -6,7 +6,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-say() { printf '\n==> %s\n' "$*"; }
+started=$(date +%s)
+stage_start=$started
+# Each stage says how long the previous one took, and when it began (CI has 90 minutes).
+say() {
+  local now; now=$(date +%s)
+  printf '    (%ds; %ds in all)\n\n==> %s\n' "$((now - stage_start))" "$((now - started))" "$*"
+  stage_start=$now
+}
 is_root() { [ "$(id -u)" = 0 ]; }
 
 # --- 1. What the suite needs -------------------------------------------------------------
@@ -108,8 +115,10 @@ if is_root; then
   # RLIMIT_NPROC, and later sessions with the same uid could not fork (EAGAIN).
   unshare --pid --fork --mount-proc bash -c '"$@" & wait $!' reaper \
     env SANDPIT_HELPER="$SANDPIT_HELPER" "$suite" --test-threads=2
-  say "conformance suite as an unprivileged user (nobody)"
-  runuser -u nobody -- env SANDPIT_HELPER="$SANDPIT_HELPER" CI="${CI:-}" HOME=/tmp "$suite" --test-threads=2
+  say "conformance suite as an unprivileged user (nobody), inside a throwaway PID namespace"
+  # A fail-open sandbox running kill(-1) as nobody then reaches only this namespace.
+  unshare --pid --fork --mount-proc bash -c '"$@" & wait $!' reaper \
+    runuser -u nobody -- env SANDPIT_HELPER="$SANDPIT_HELPER" CI="${CI:-}" HOME=/tmp "$suite" --test-threads=2
 else
   say "conformance suite as $(id -un) (unprivileged)"
   "$suite" --test-threads=2

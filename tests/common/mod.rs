@@ -16,7 +16,10 @@ use std::time::Duration;
 pub fn required_in_ci(backend: &str) -> bool {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
-    matches!(backend, "linux" | "linux_no_ns" | "unsandboxed") || (backend == "docker" && root)
+    matches!(
+        backend,
+        "linux" | "linux_no_ns" | "linux_no_ns_abi4" | "unsandboxed"
+    ) || (backend == "docker" && root)
 }
 
 pub struct Ctx {
@@ -56,6 +59,13 @@ where
     let name = match backend {
         "linux_no_ns" => {
             policy.linux.namespaces = sandpit::policy::NamespaceMode::Off;
+            "linux"
+        }
+        // The same on an older kernel's Landlock (ABI 4, Ubuntu 24.04's 6.8): no signal or
+        // abstract-socket scoping, so the waiter decides the sandbox's signals.
+        "linux_no_ns_abi4" => {
+            policy.linux.namespaces = sandpit::policy::NamespaceMode::Off;
+            policy.linux.landlock_abi_max = 4;
             "linux"
         }
         other => other,

@@ -8,7 +8,7 @@
 //! final `execve` needs is prepared before the last fork.
 
 use super::plan::LinuxPlan;
-use super::{landlock_rules, metadata, mounts, reaper, seccomp};
+use super::{landlock_rules, mounts, reaper, seccomp, supervisor};
 use nix::sched::{unshare, CloneFlags};
 use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
 use nix::sys::wait::{waitpid, WaitStatus};
@@ -16,7 +16,6 @@ use nix::unistd::{fork, ForkResult, Gid, Pid, Uid};
 use std::ffi::CString;
 use std::io::Write;
 use std::os::fd::{FromRawFd, OwnedFd};
-use std::path::PathBuf;
 
 /// The steps, with their exit codes.
 #[derive(Debug, Clone, Copy)]
@@ -94,23 +93,23 @@ enum Waiter {
     Subreaper,
 }
 
-/// The metadata supervisor's channel (see metadata.rs): the waiter's end, the child's end, and
-/// the writable roots beneath which the waiter makes metadata changes.
+/// The supervisor's channel (see supervisor.rs): the waiter's end, the child's end, and what
+/// the waiter decides for the sandbox.
 struct Supervision {
     waiter_end: OwnedFd,
     child_end: OwnedFd,
-    roots: Vec<PathBuf>,
+    scope: supervisor::Scope,
 }
 
 /// In the waiter: a thread that takes the listener the confined child sends and answers its
 /// notifications. Without the thread the socket closes, the child's send fails and the launch
 /// ends at the seccomp step: closed, never unsupervised.
-fn start_supervisor(waiter_end: OwnedFd, roots: Vec<PathBuf>) {
+fn start_supervisor(waiter_end: OwnedFd, scope: supervisor::Scope) {
     let _ = std::thread::Builder::new()
-        .name("metadata".into())
+        .name("supervisor".into())
         .spawn(move || {
-            if let Some(listener) = metadata::recv_fd(&waiter_end) {
-                metadata::Supervisor::new(listener, &roots).run();
+            if let Some(listener) = supervisor::recv_fd(&waiter_end) {
+                supervisor::Supervisor::new(listener, &scope).run();
             }
         });
 }
@@ -134,7 +133,7 @@ fn split_off_waiter(
             }
             if let Some(s) = supervision {
                 drop(s.child_end);
-                start_supervisor(s.waiter_end, s.roots);
+                start_supervisor(s.waiter_end, s.scope);
             }
             let code = wait_for(child);
             if let Waiter::Subreaper = waiter {
@@ -236,32 +235,34 @@ pub fn main(plan_json: &str) -> ! {
     // 4b. No PID namespace: the parent stays outside the confinement as a child subreaper, so
     //     daemons that leave the process group are re-parented to it and die with the session
     //     (see reaper.rs); the child goes on to confine itself and exec the interpreter. When
-    //     the sandbox keeps our uid on the host's filesystem, the waiter also makes its
-    //     metadata changes, beneath its writable roots only (metadata.rs).
-    let mut metadata_channel = None;
+    //     the sandbox keeps our uid on the host's filesystem and processes, the waiter also
+    //     decides what no kernel layer confines: file metadata, and signals where Landlock
+    //     cannot scope them (supervisor.rs).
+    let scope = supervisor::Scope {
+        metadata_roots: plan.supervise_metadata.clone(),
+        signals: plan.supervise_signals,
+    };
+    let mut supervisor_channel = None;
     if !ns.pid {
         reaper::become_subreaper()
             .unwrap_or_else(|e| fail(Step::Setup, format!("PR_SET_CHILD_SUBREAPER: {e}")));
-        let supervision = plan.supervise_metadata.as_ref().map(|roots| {
-            let (waiter_end, child_end) = metadata::channel()
+        let supervision = (!scope.is_empty()).then(|| {
+            let (waiter_end, child_end) = supervisor::channel()
                 .unwrap_or_else(|e| fail(Step::Setup, format!("socketpair: {e}")));
             Supervision {
                 waiter_end,
                 child_end,
-                roots: roots.clone(),
+                scope: scope.clone(),
             }
         });
-        metadata_channel = split_off_waiter(
+        supervisor_channel = split_off_waiter(
             Waiter::Subreaper,
             Step::Setup,
             "fork the confined child",
             supervision,
         );
-    } else if plan.supervise_metadata.is_some() {
-        fail(
-            Step::Plan,
-            "metadata supervision needs the no-PID-namespace waiter",
-        );
+    } else if !scope.is_empty() {
+        fail(Step::Plan, "supervision needs the no-PID-namespace waiter");
     }
 
     // 5. Filesystem view: the sandbox's own root (needs the mount namespace; must precede
@@ -309,20 +310,25 @@ pub fn main(plan_json: &str) -> ! {
     let filters = seccomp::compile(arch, plan.seccomp).unwrap_or_else(|e| fail(Step::Seccomp, e));
     seccomp::install(&filters).unwrap_or_else(|e| fail(Step::Seccomp, e));
     let mut filter_names: Vec<String> = filters.iter().map(|(n, _)| n.clone()).collect();
-    if let Some(channel) = metadata_channel {
-        let listener = metadata::install_listener().unwrap_or_else(|e| {
+    if let Some(channel) = supervisor_channel {
+        let listener = supervisor::install_listener(&scope.syscalls()).unwrap_or_else(|e| {
             fail(
                 Step::Seccomp,
-                format!("metadata notification filter (needs Linux >= 5.0): {e}"),
+                format!("supervisor notification filter (needs Linux >= 5.0): {e}"),
             )
         });
-        metadata::send_fd(&channel, &listener).unwrap_or_else(|e| {
+        supervisor::send_fd(&channel, &listener).unwrap_or_else(|e| {
             fail(
                 Step::Seccomp,
-                format!("hand the metadata listener to the waiter: {e}"),
+                format!("hand the notification listener to the waiter: {e}"),
             )
         });
-        filter_names.push("metadata (user notification)".into());
+        if scope.metadata_roots.is_some() {
+            filter_names.push("metadata (waiter)".into());
+        }
+        if scope.signals {
+            filter_names.push("signals (waiter)".into());
+        }
     }
 
     // 10. Tell the host what is in force, then exec the interpreter with a clean environment.

@@ -34,31 +34,35 @@ pub fn kernel_abi() -> i32 {
 /// Applies the rules to the calling thread (and everything it later forks or execs).
 /// Returns a one-line description of what is in force.
 pub fn apply(plan: &LandlockPlan) -> Result<String, String> {
-    let abi = kernel_abi();
+    let abi = kernel_abi().min(plan.abi);
+    // The rights of the plan's ABI (capped at what sandpit knows), never more.
+    let target = ABI::from(abi.min(TARGET_ABI as i32));
     let fail = |e: landlock::RulesetError| format!("landlock: {e}");
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
-        .handle_access(AccessFs::from_all(TARGET_ABI))
+        .handle_access(AccessFs::from_all(target))
         .map_err(fail)?;
-    if plan.deny_tcp {
+    if plan.deny_tcp && abi >= 4 {
         ruleset = ruleset
             .handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)
             .map_err(fail)?;
     }
-    let ruleset = ruleset
-        .scope(Scope::AbstractUnixSocket | Scope::Signal)
-        .map_err(fail)?;
+    if abi >= 6 {
+        ruleset = ruleset
+            .scope(Scope::AbstractUnixSocket | Scope::Signal)
+            .map_err(fail)?;
+    }
     let status = ruleset
         .create()
         .map_err(fail)?
         .add_rules(path_beneath_rules(
             &plan.read_exec,
-            AccessFs::from_read(TARGET_ABI),
+            AccessFs::from_read(target),
         ))
         .map_err(fail)?
         .add_rules(path_beneath_rules(
             &plan.read_write,
-            AccessFs::from_all(TARGET_ABI),
+            AccessFs::from_all(target),
         ))
         .map_err(fail)?
         .restrict_self()

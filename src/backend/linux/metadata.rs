@@ -4,10 +4,10 @@
 //! and `setxattr` would otherwise reach every file the user owns, by path: `~/.ssh`, sandpit's
 //! own state directory and audit log.
 //!
-//! The sandbox's last seccomp filter ([`install_listener`]) turns those syscalls into user
-//! notifications (`SECCOMP_RET_USER_NOTIF`). The helper's waiter, which stays outside the
-//! confinement, receives them ([`Supervisor::run`]) and performs each change itself, only when
-//! the file lies beneath one of the sandbox's writable roots (workspace, tmp, home):
+//! The sandbox's last seccomp filter turns those syscalls into user notifications (see
+//! supervisor.rs). The helper's waiter, which stays outside the confinement, receives them and
+//! performs each change itself ([`Roots::handle`]), only when the file lies beneath one of the
+//! sandbox's writable roots (workspace, tmp, home):
 //!
 //! 1. decode the call ([`decode`]: which file, which change);
 //! 2. open the file `O_PATH` as the sandbox named it: its path read from the sandbox's memory,
@@ -33,7 +33,7 @@ use std::path::{Path, PathBuf};
 
 /// The syscalls the waiter performs on the sandbox's behalf.
 #[cfg(target_arch = "x86_64")]
-const SUPERVISED: &[libc::c_long] = &[
+pub const SUPERVISED: &[libc::c_long] = &[
     libc::SYS_chmod,
     libc::SYS_fchmod,
     libc::SYS_fchmodat,
@@ -53,7 +53,7 @@ const SUPERVISED: &[libc::c_long] = &[
     libc::SYS_fremovexattr,
 ];
 #[cfg(target_arch = "aarch64")]
-const SUPERVISED: &[libc::c_long] = &[
+pub const SUPERVISED: &[libc::c_long] = &[
     libc::SYS_fchmod,
     libc::SYS_fchmodat,
     libc::SYS_fchown,
@@ -67,113 +67,7 @@ const SUPERVISED: &[libc::c_long] = &[
     libc::SYS_fremovexattr,
 ];
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-const SUPERVISED: &[libc::c_long] = &[];
-
-#[cfg(target_arch = "x86_64")]
-const AUDIT_ARCH: u32 = 0xC000_003E; // AUDIT_ARCH_X86_64
-#[cfg(target_arch = "aarch64")]
-const AUDIT_ARCH: u32 = 0xC000_00B7; // AUDIT_ARCH_AARCH64
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-const AUDIT_ARCH: u32 = 0;
-
-/// The BPF program: a notification for each supervised syscall of the native ABI, allow for the
-/// rest (the `allow` filter installed before it decides those; other ABIs are killed there).
-pub fn program() -> Vec<libc::sock_filter> {
-    const LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
-    const JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
-    const RET_K: u16 = 0x06; // BPF_RET | BPF_K
-    let ins = |code, jt, jf, k| libc::sock_filter { code, jt, jf, k };
-    let n = SUPERVISED.len();
-    let mut p = vec![
-        ins(LD_W_ABS, 0, 0, 4), // seccomp_data.arch
-        ins(JEQ_K, 1, 0, AUDIT_ARCH),
-        ins(RET_K, 0, 0, libc::SECCOMP_RET_ALLOW),
-        ins(LD_W_ABS, 0, 0, 0), // seccomp_data.nr
-    ];
-    for (i, nr) in SUPERVISED.iter().enumerate() {
-        // On a match, skip the remaining comparisons and the ALLOW: land on USER_NOTIF.
-        p.push(ins(JEQ_K, (n - i) as u8, 0, *nr as u32));
-    }
-    p.push(ins(RET_K, 0, 0, libc::SECCOMP_RET_ALLOW));
-    p.push(ins(RET_K, 0, 0, libc::SECCOMP_RET_USER_NOTIF));
-    p
-}
-
-/// Installs the notification filter on the calling thread (no_new_privs must be set) and
-/// returns its listener. The listener is close-on-exec: the sandboxed program never holds it.
-pub fn install_listener() -> io::Result<OwnedFd> {
-    let prog = program();
-    let fprog = libc::sock_fprog {
-        len: prog.len() as u16,
-        filter: prog.as_ptr() as *mut libc::sock_filter,
-    };
-    // SAFETY: seccomp(SET_MODE_FILTER, NEW_LISTENER) reads `fprog` and the program it points to,
-    // both alive for the call; it returns a new descriptor or -1.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_seccomp,
-            libc::SECCOMP_SET_MODE_FILTER,
-            libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
-            &fprog as *const libc::sock_fprog,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
-}
-
-/// A connected pair for handing the listener from the confined child to the waiter: the
-/// waiter's end and the child's end (both close-on-exec).
-pub fn channel() -> io::Result<(OwnedFd, OwnedFd)> {
-    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
-    socketpair(
-        AddressFamily::Unix,
-        SockType::SeqPacket,
-        None,
-        SockFlag::SOCK_CLOEXEC,
-    )
-    .map_err(io::Error::from)
-}
-
-/// Sends `fd` over `sock` (SCM_RIGHTS).
-pub fn send_fd(sock: &OwnedFd, fd: &OwnedFd) -> io::Result<()> {
-    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
-    let fds = [fd.as_raw_fd()];
-    let iov = [io::IoSlice::new(b"L")];
-    sendmsg::<()>(
-        sock.as_raw_fd(),
-        &iov,
-        &[ControlMessage::ScmRights(&fds)],
-        MsgFlags::empty(),
-        None,
-    )
-    .map(|_| ())
-    .map_err(io::Error::from)
-}
-
-/// Receives one descriptor from `sock`; `None` when the other end closed without sending
-/// (the child failed before its seccomp step, or exec'd without supervision).
-pub fn recv_fd(sock: &OwnedFd) -> Option<OwnedFd> {
-    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
-    let mut byte = [0u8; 1];
-    let mut iov = [io::IoSliceMut::new(&mut byte)];
-    let mut space = nix::cmsg_space!([RawFd; 1]);
-    let msg = recvmsg::<()>(
-        sock.as_raw_fd(),
-        &mut iov,
-        Some(&mut space),
-        MsgFlags::MSG_CMSG_CLOEXEC,
-    )
-    .ok()?;
-    let fd = msg.cmsgs().ok()?.find_map(|c| match c {
-        ControlMessageOwned::ScmRights(fds) => fds.first().copied(),
-        _ => None,
-    })?;
-    // SAFETY: the kernel installed this descriptor in our table for this message.
-    Some(unsafe { OwnedFd::from_raw_fd(fd) })
-}
+pub const SUPERVISED: &[libc::c_long] = &[];
 
 /// Which file a call names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -339,7 +233,7 @@ fn decode(nr: libc::c_long, a: [u64; 6]) -> Option<Result<(Target, Change), i32>
 }
 
 /// Reads `len` bytes at `addr` of process `pid`.
-fn read_memory(pid: u32, addr: u64, len: usize) -> Result<Vec<u8>, i32> {
+pub(super) fn read_memory(pid: u32, addr: u64, len: usize) -> Result<Vec<u8>, i32> {
     let mut buf = vec![0u8; len];
     let mut done = 0;
     while done < len {
@@ -392,7 +286,7 @@ fn read_cstring(pid: u32, addr: u64, max: usize) -> Result<CString, i32> {
     }
 }
 
-fn errno() -> i32 {
+pub(super) fn errno() -> i32 {
     io::Error::last_os_error()
         .raw_os_error()
         .unwrap_or(libc::EIO)
@@ -458,16 +352,15 @@ struct Root {
     fd: OwnedFd,
 }
 
-/// The waiter's side: answers the sandbox's metadata calls (see the module docs).
-pub struct Supervisor {
-    listener: OwnedFd,
+/// The sandbox's writable roots, beneath which the waiter makes metadata changes.
+pub struct Roots {
     roots: Vec<Root>,
 }
 
-impl Supervisor {
+impl Roots {
     /// `roots`: the sandbox's writable directories. One that cannot be opened is left out, so
     /// nothing beneath it can be changed (closed, not open).
-    pub fn new(listener: OwnedFd, roots: &[PathBuf]) -> Supervisor {
+    pub fn new(roots: &[PathBuf]) -> Roots {
         let roots = roots
             .iter()
             .filter_map(|r| {
@@ -476,80 +369,32 @@ impl Supervisor {
                 Some(Root { path, fd })
             })
             .collect();
-        Supervisor { listener, roots }
+        Roots { roots }
     }
 
-    /// Answers notifications until every process of the sandbox is gone.
-    pub fn run(&self) {
-        loop {
-            // SAFETY: seccomp_notif is plain data; the kernel wants it zeroed before RECV.
-            let mut req: libc::seccomp_notif = unsafe { std::mem::zeroed() };
-            // SAFETY: NOTIF_RECV writes one seccomp_notif into `req`.
-            let rc = unsafe {
-                libc::ioctl(
-                    self.listener.as_raw_fd(),
-                    libc::SECCOMP_IOCTL_NOTIF_RECV,
-                    &mut req,
-                )
-            };
-            if rc != 0 {
-                match errno() {
-                    // Interrupted, or the caller died before we read it: wait for the next.
-                    libc::EINTR | libc::ENOENT => continue,
-                    // ENOTCONN (no process left holds the filter) or worse: done.
-                    _ => return,
-                }
+    /// Handles one metadata call of process `pid`: `None` when `nr` is not one of ours.
+    /// `still_valid` tells whether the notification is still pending (the caller alive and its
+    /// pid not reused), asked after everything was read from its memory and `/proc/PID`.
+    pub fn handle(
+        &self,
+        pid: u32,
+        nr: libc::c_long,
+        args: [u64; 6],
+        still_valid: &dyn Fn() -> bool,
+    ) -> Option<Result<i64, i32>> {
+        let decoded = decode(nr, args)?;
+        Some((|| {
+            let (target, change) = decoded?;
+            let file = self.open_target(pid, target)?;
+            let data = ChangeData::read(pid, change)?;
+            if !still_valid() {
+                return Err(libc::ESRCH);
             }
-            let error = match self.handle(&req) {
-                Ok(()) => 0,
-                Err(e) => -e,
-            };
-            let mut resp = libc::seccomp_notif_resp {
-                id: req.id,
-                val: 0,
-                error,
-                flags: 0,
-            };
-            // SAFETY: NOTIF_SEND reads one seccomp_notif_resp. ENOENT (the caller is gone, e.g.
-            // killed meanwhile) needs nothing from us.
-            unsafe {
-                libc::ioctl(
-                    self.listener.as_raw_fd(),
-                    libc::SECCOMP_IOCTL_NOTIF_SEND,
-                    &mut resp,
-                )
-            };
-        }
-    }
-
-    /// Whether notification `id` is still pending (its caller alive, its pid not reused).
-    fn still_valid(&self, id: u64) -> bool {
-        let mut id = id;
-        // SAFETY: NOTIF_ID_VALID reads one u64.
-        unsafe {
-            libc::ioctl(
-                self.listener.as_raw_fd(),
-                libc::SECCOMP_IOCTL_NOTIF_ID_VALID,
-                &mut id,
-            ) == 0
-        }
-    }
-
-    fn handle(&self, req: &libc::seccomp_notif) -> Result<(), i32> {
-        let (target, change) =
-            decode(req.data.nr as libc::c_long, req.data.args).ok_or(libc::ENOSYS)??;
-        let pid = req.pid;
-        let file = self.open_target(pid, target)?;
-        // What the change needs from the sandbox's memory, read before the validity check so
-        // that the pid cannot have been reused for another process while we read.
-        let data = ChangeData::read(pid, change)?;
-        if !self.still_valid(req.id) {
-            return Err(libc::ESRCH);
-        }
-        if !self.beneath_a_root(&file) {
-            return Err(libc::EPERM);
-        }
-        apply(&file, change, &data)
+            if !self.beneath_a_root(&file) {
+                return Err(libc::EPERM);
+            }
+            apply(&file, change, &data).map(|()| 0)
+        })())
     }
 
     /// Opens the file a call names, `O_PATH`, as the sandbox would have resolved it.
@@ -786,45 +631,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_program_notifies_exactly_the_supervised_calls() {
-        let p = program();
-        assert_eq!(p.len(), SUPERVISED.len() + 6);
-        // Walk the program for a syscall number, as the kernel would.
-        let run = |arch: u32, nr: u32| -> u32 {
-            let mut pc = 0;
-            let mut acc = 0u32;
-            loop {
-                let i = p[pc];
-                match i.code {
-                    0x20 => acc = if i.k == 4 { arch } else { nr },
-                    0x15 => {
-                        pc += 1 + if acc == i.k { i.jt } else { i.jf } as usize;
-                        continue;
-                    }
-                    0x06 => return i.k,
-                    c => panic!("unexpected opcode {c:#x}"),
-                }
-                pc += 1;
-            }
-        };
-        for nr in SUPERVISED {
-            assert_eq!(
-                run(AUDIT_ARCH, *nr as u32),
-                libc::SECCOMP_RET_USER_NOTIF,
-                "{nr}"
-            );
-            assert_eq!(
-                run(0x4000_0003, *nr as u32),
-                libc::SECCOMP_RET_ALLOW,
-                "another ABI is the allow filter's"
-            );
-        }
-        for nr in [libc::SYS_read, libc::SYS_openat, libc::SYS_execve] {
-            assert_eq!(run(AUDIT_ARCH, nr as u32), libc::SECCOMP_RET_ALLOW);
-        }
-    }
-
-    #[test]
     fn decodes_the_calls() {
         let at = libc::AT_FDCWD as u32 as u64;
         assert_eq!(
@@ -896,8 +702,7 @@ mod tests {
         )
         .unwrap();
 
-        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
-        let sup = Supervisor::new(OwnedFd::from(a), std::slice::from_ref(&root));
+        let sup = Roots::new(std::slice::from_ref(&root));
         let me = std::process::id();
         let try_chmod = |path: &Path, follow: bool| -> Result<(), i32> {
             let c = cstr(path).unwrap();

@@ -14,6 +14,8 @@ pub mod plan;
 pub mod reaper;
 pub mod rlimits;
 pub mod seccomp;
+pub mod signals;
+pub mod supervisor;
 pub mod sysv_ipc;
 pub mod uid;
 
@@ -116,6 +118,15 @@ fn probe_namespaces(helper: &Path) -> NamespaceProbe {
         .clone()
 }
 
+/// The Landlock ABI sessions use: the kernel's, capped by `linux.landlock_abi_max`.
+fn landlock_abi(policy: &Policy) -> i32 {
+    let kernel = landlock_rules::kernel_abi();
+    match policy.linux.landlock_abi_max {
+        0 => kernel,
+        cap => kernel.min(cap as i32),
+    }
+}
+
 fn seccomp_available() -> bool {
     // SAFETY: PR_GET_SECCOMP takes no pointer; it returns the current mode or fails with EINVAL
     // when the kernel has no seccomp.
@@ -125,7 +136,7 @@ fn seccomp_available() -> bool {
 /// Whether the native backend can run here, with every layer's state.
 pub fn availability(policy: &Policy, helper: &Path) -> Availability {
     let ns = namespaces_for(policy, helper);
-    let abi = landlock_rules::kernel_abi();
+    let abi = landlock_abi(policy);
     let seccomp = seccomp_available();
     let cg = cgroup::detect();
     // SAFETY: geteuid has no preconditions.
@@ -137,6 +148,11 @@ pub fn availability(policy: &Policy, helper: &Path) -> Availability {
         (
             "landlock".into(),
             match abi {
+                a if a < landlock_rules::kernel_abi() => format!(
+                    "ABI {a} (capped by linux.landlock_abi_max; the kernel has {}): {}",
+                    landlock_rules::kernel_abi(),
+                    if a >= 4 { "filesystem and TCP, no scoping" } else { "filesystem only" }
+                ),
                 0 => "unavailable (kernel without Landlock, or disabled at boot)".to_string(),
                 1..=3 => format!("ABI {abi}: filesystem only (no TCP rules, no scoping)"),
                 4 | 5 => format!("ABI {abi}: filesystem and TCP (no scoping)"),
@@ -153,6 +169,13 @@ pub fn availability(policy: &Policy, helper: &Path) -> Availability {
             },
         ),
     ];
+    facts.extend(reach_facts(
+        ns.ok,
+        root,
+        cg.is_some(),
+        abi,
+        policy.limits.pids,
+    ));
     for lang in crate::types::Language::ALL {
         let p = policy.interpreters.path(lang);
         facts.push((
@@ -196,6 +219,80 @@ pub fn availability(policy: &Policy, helper: &Path) -> Availability {
         detail,
         facts,
     }
+}
+
+/// What a session can reach of what its uid reaches on the host, layer by layer: the lines
+/// `sandpit doctor` shows, so the weaker no-namespace mode says exactly what it does and does
+/// not confine.
+fn reach_facts(
+    namespaces: bool,
+    root: bool,
+    cgroup: bool,
+    landlock_abi: i32,
+    pids: u64,
+) -> Vec<(String, String)> {
+    let f = |k: &str, v: &str| (k.to_string(), v.to_string());
+    if namespaces {
+        return vec![
+            f(
+                "other processes",
+                "own PID namespace: no host process is visible",
+            ),
+            f("file metadata", "own root: no host file is visible"),
+            f("SysV IPC", "own IPC namespace, gone with the session"),
+            f(
+                "processes",
+                if cgroup {
+                    "a pids cgroup per session"
+                } else if root {
+                    "RLIMIT_NPROC per session uid"
+                } else {
+                    "RLIMIT_NPROC per session (own user namespace)"
+                },
+            ),
+        ];
+    }
+    let mut out = vec![
+        f(
+            "other processes",
+            "no PID namespace: seccomp keeps prlimit, priorities, scheduling, getsid/getpgid to the sandbox itself; a pid's existence can still be probed (kill(pid, 0) answers EPERM, not ESRCH)",
+        ),
+        f(
+            "file metadata",
+            if root {
+                "the session's own uid owns nothing of the host's: chmod/chown/utime fail outside its directories"
+            } else {
+                "chmod/chown/utime/xattrs are made by the helper's waiter, only beneath the session's workspace, tmp and home (seccomp user notification)"
+            },
+        ),
+        f(
+            "SysV IPC",
+            "no IPC namespace: SysV IPC and POSIX message queues refused (seccomp)",
+        ),
+    ];
+    out.push(if cgroup {
+        f("processes", "a pids cgroup per session")
+    } else if root {
+        f("processes", "RLIMIT_NPROC per session uid")
+    } else {
+        (
+            "processes".to_string(),
+            format!(
+                "shared budget: no PID namespace, cgroup or own uid, and RLIMIT_NPROC counts every process of your uid; each session may run {pids} (limits.pids) beyond what the uid ran when it started, so one session forking to its limit can leave another unable to start a process"
+            ),
+        )
+    });
+    out.push(if landlock_abi >= 6 {
+        f("signals", "Landlock scoping (ABI >= 6): only the sandbox's own processes")
+    } else if root {
+        f("signals", "the session's own uid: only its own processes")
+    } else {
+        f(
+            "signals",
+            "Landlock ABI < 6 cannot scope them: kill, tkill, tgkill, sigqueue and pidfd_open go to the helper's waiter, which lets them reach only the sandbox's own processes; F_SETOWN refused",
+        )
+    });
+    out
 }
 
 /// The native Linux backend.
@@ -367,7 +464,7 @@ impl LinuxBackend {
             uid,
             gid,
             namespaces: ns.ok,
-            landlock_abi: landlock_rules::kernel_abi(),
+            landlock_abi: landlock_abi(&self.policy),
             session_ids,
             in_cgroup: guard.cgroup.is_some(),
             // Unprivileged without a user namespace the sandbox shares our uid, whose other

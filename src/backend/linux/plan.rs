@@ -82,6 +82,8 @@ pub struct LandlockPlan {
     pub deny_tcp: bool,
     /// When the filesystem has no other confinement, Landlock must be fully enforced.
     pub required: bool,
+    /// The Landlock ABI to use: the kernel's, or less when `linux.landlock_abi_max` says so.
+    pub abi: i32,
 }
 
 /// Everything the helper stage does, in order (see `helper.rs`).
@@ -107,6 +109,10 @@ pub struct LinuxPlan {
     /// (chmod, chown, utime, xattrs) go to the waiter, which makes them only beneath these
     /// writable roots (see metadata.rs).
     pub supervise_metadata: Option<Vec<PathBuf>>,
+    /// The sandbox keeps the caller's uid in the host's PID namespace and Landlock cannot scope
+    /// signals (ABI < 6): its signal calls go to the waiter, which lets them reach only the
+    /// sandbox's own processes (see signals.rs).
+    pub supervise_signals: bool,
 }
 
 /// The host paths of a session's directories.
@@ -240,6 +246,7 @@ pub fn build(
             .collect(),
             deny_tcp: !spec.network,
             required: false,
+            abi: host.landlock_abi,
         }
     } else {
         let mut read_exec = ro.clone();
@@ -255,6 +262,7 @@ pub fn build(
             read_write,
             deny_tcp: !spec.network,
             required: true,
+            abi: host.landlock_abi,
         }
     };
 
@@ -263,6 +271,8 @@ pub fn build(
     // uid, every file the user owns would be chmod-able by path.
     let supervise_metadata = (!namespaces.mount && drop_to.is_none())
         .then(|| vec![dirs.workspace.clone(), dirs.tmp.clone(), dirs.home.clone()]);
+    // Landlock scopes signals from ABI 6 on; before that, the same uid reaches every process.
+    let supervise_signals = !namespaces.pid && drop_to.is_none() && host.landlock_abi < 6;
     LinuxPlan {
         argv,
         env,
@@ -282,8 +292,10 @@ pub fn build(
             deny_other_processes: !namespaces.pid,
             // No IPC namespace: SysV objects would live in the host's and outlive the session.
             deny_sysv_ipc: !namespaces.ipc,
+            deny_sigio_owner: supervise_signals,
         },
         supervise_metadata,
+        supervise_signals,
     }
 }
 
@@ -448,6 +460,17 @@ mod tests {
             &kind,
         );
         assert!(as_root.drop_to.is_some() && as_root.supervise_metadata.is_none());
+        assert!(
+            !as_root.supervise_signals,
+            "its own uid: only its own processes"
+        );
+        // Landlock scopes signals from ABI 6; before, the waiter decides them.
+        assert!(!plan.supervise_signals && !plan.seccomp.deny_sigio_owner);
+        let mut old = host(false, false);
+        old.landlock_abi = 4;
+        let plan = build(&spec(Language::Python, false), &dirs(), &old, &kind);
+        assert!(plan.supervise_signals && plan.seccomp.deny_sigio_owner);
+        assert_eq!(plan.landlock.abi, 4);
         assert!(plan
             .landlock
             .read_write

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 const MAX_WALKS: usize = 1000;
 
 /// `pid -> ppid` for every process this host's `/proc` shows.
-fn parents() -> HashMap<i32, i32> {
+pub(super) fn parents() -> HashMap<i32, i32> {
     let mut map = HashMap::new();
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return map;
@@ -43,7 +43,7 @@ fn parse_ppid(stat: &str) -> Option<i32> {
 }
 
 /// Every descendant of `root` in `parents` (not `root` itself).
-fn descendants(root: i32, parents: &HashMap<i32, i32>) -> Vec<i32> {
+pub(super) fn descendants(root: i32, parents: &HashMap<i32, i32>) -> Vec<i32> {
     let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
     for (&pid, &ppid) in parents {
         children.entry(ppid).or_default().push(pid);

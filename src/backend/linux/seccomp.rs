@@ -10,7 +10,8 @@
 //!   govern connecting to a socket by path; `socketpair` stays;
 //! - `other_processes` (no PID namespace): EPERM for calls that act on another process by pid
 //!   (`prlimit64`, priorities, scheduling, `getsid`/`getpgid`, ...) unless the pid is 0 (self);
-//! - `sysv_ipc` (no IPC namespace): EPERM for SysV IPC and POSIX message queues.
+//! - `sysv_ipc` (no IPC namespace): EPERM for SysV IPC and POSIX message queues;
+//! - `sigio_owner` (the waiter decides signals): EPERM for `F_SETOWN` and friends.
 //!
 //! The kernel returns the strictest answer of all filters and, between two errnos, the one of
 //! the filter installed last. Syscalls of a foreign ABI (i386 on x86-64, arm32 on aarch64) kill
@@ -33,6 +34,8 @@ pub struct Options {
     pub deny_other_processes: bool,
     /// No IPC namespace: SysV IPC and POSIX message queues fail.
     pub deny_sysv_ipc: bool,
+    /// The waiter decides signals (Landlock cannot scope them): SIGIO ownership fails.
+    pub deny_sigio_owner: bool,
 }
 
 impl Options {
@@ -43,6 +46,7 @@ impl Options {
             (self.deny_unix_sockets, "unix_sockets"),
             (self.deny_other_processes, "other_processes"),
             (self.deny_sysv_ipc, "sysv_ipc"),
+            (self.deny_sigio_owner, "sigio_owner"),
         ]
         .into_iter()
         .filter_map(|(on, name)| on.then_some(name))
@@ -50,7 +54,13 @@ impl Options {
 }
 
 /// The optional filters of the profile, in installation order.
-const OPTIONAL_FILTERS: [&str; 4] = ["network", "unix_sockets", "other_processes", "sysv_ipc"];
+const OPTIONAL_FILTERS: [&str; 5] = [
+    "network",
+    "unix_sockets",
+    "other_processes",
+    "sysv_ipc",
+    "sigio_owner",
+];
 
 /// The x32 ABI shares AUDIT_ARCH_X86_64 but sets this bit in the syscall number.
 const X32_SYSCALL_BIT: u32 = 0x4000_0000;
@@ -228,6 +238,7 @@ mod tests {
                 deny_unix_sockets: true,
                 deny_other_processes: true,
                 deny_sysv_ipc: true,
+                deny_sigio_owner: true,
             };
             let f = compile(arch, all).unwrap();
             let names: Vec<_> = f.iter().map(|(n, _)| n.as_str()).collect();
@@ -239,7 +250,8 @@ mod tests {
                     "network",
                     "unix_sockets",
                     "other_processes",
-                    "sysv_ipc"
+                    "sysv_ipc",
+                    "sigio_owner"
                 ]
             );
             assert!(
@@ -249,6 +261,7 @@ mod tests {
             assert_eq!(compile(arch, Options::default()).unwrap().len(), 2);
             let no_ns = Options {
                 deny_network: false,
+                deny_sigio_owner: false,
                 ..all
             };
             assert_eq!(compile(arch, no_ns).unwrap().len(), 5);
