@@ -22,7 +22,10 @@ for _ in $(seq 1 100); do
 done
 [ -n "$url" ] || { echo "sandpit serve did not start:"; cat "$log"; exit 1; }
 echo "fuzzing $url from $url/openapi.json"
-timeout 900 "$venv/bin/st" run "$url/openapi.json" \
+# schemathesis keeps its example database in ./.schemathesis: run it from target/tmp, so the
+# work tree stays as it was.
+cd target/tmp
+timeout 900 "fuzz-venv/bin/st" run "$url/openapi.json" \
   --checks not_a_server_error \
   --max-examples "${SANDPIT_FUZZ_EXAMPLES:-40}" \
   --request-timeout 20 \
