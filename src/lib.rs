@@ -16,6 +16,7 @@ pub mod policy;
 pub mod server;
 pub mod session;
 pub mod types;
+pub mod util;
 
 pub use error::{Error, ErrorCode, Result};
 pub use session::{ExecOptions, OutputEvent, Session};

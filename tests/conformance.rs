@@ -564,7 +564,7 @@ mod containment {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         std::fs::set_permissions(&canary, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let state = ctx.policy.state_dir();
+        let state = ctx.policy.state_dir_for(sandpit::util::euid());
         let code = format!(
             "import os\nout = []\nfor p in [{c:?}, '/etc/shadow', '/root/.bashrc', '/etc/sandpit/sandpit.toml', {s:?}]:\n    try:\n        out.append(open(p).read()[:40])\n    except OSError as e:\n        out.append(type(e).__name__)\nfor d in ['/home', '/root', {s:?}, {d:?}]:\n    try:\n        out.append(os.listdir(d))\n    except OSError as e:\n        out.append(type(e).__name__)\nresult = out",
             c = canary.display().to_string(),

@@ -51,6 +51,8 @@ say "build"
 cargo build --quiet --all-targets
 say "unit tests"
 cargo test --quiet --lib --bins
+say "the crate's dependency order: no import circles, no upward imports (tests/layers.py)"
+/usr/bin/python3 tests/layers.py
 
 # --- The Docker engine and the sandbox image (root only: dockerd needs it); the integration
 # tests below run on the Docker backend too -------------------------------------------------

@@ -64,19 +64,21 @@ pub enum BackendChoice {
 impl std::str::FromStr for BackendChoice {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
-        Ok(match s {
-            "auto" => BackendChoice::Auto,
-            "linux" => BackendChoice::Only(BackendKind::Linux),
-            "docker" => BackendChoice::Only(BackendKind::Docker),
-            "macos" => BackendChoice::Only(BackendKind::Macos),
-            "wasi" => BackendChoice::Only(BackendKind::Wasi),
-            "unsandboxed" => BackendChoice::Only(BackendKind::Unsandboxed),
-            other => {
-                return Err(Error::InvalidRequest(format!(
-                    "unknown backend {other:?}; expected auto, linux, docker, macos, wasi or unsandboxed"
-                )))
-            }
-        })
+        s.parse::<crate::policy::BackendName>().map(Into::into)
+    }
+}
+
+impl From<crate::policy::BackendName> for BackendChoice {
+    fn from(name: crate::policy::BackendName) -> Self {
+        use crate::policy::BackendName as N;
+        match name {
+            N::Auto => BackendChoice::Auto,
+            N::Linux => BackendChoice::Only(BackendKind::Linux),
+            N::Docker => BackendChoice::Only(BackendKind::Docker),
+            N::Macos => BackendChoice::Only(BackendKind::Macos),
+            N::Wasi => BackendChoice::Only(BackendKind::Wasi),
+            N::Unsandboxed => BackendChoice::Only(BackendKind::Unsandboxed),
+        }
     }
 }
 

@@ -34,7 +34,7 @@ impl super::Backend for UnsandboxedBackend {
 
     fn launch<'a>(&'a self, spec: &'a LaunchSpec) -> BoxFuture<'a, Result<Launched>> {
         Box::pin(async move {
-            let name = crate::pipeline::wrapper::new_nonce()?;
+            let name = crate::util::random_hex(16)?;
             let base = spec.state_dir.join("unsandboxed").join(&name[..16]);
             let workspace = spec
                 .workspace

@@ -41,7 +41,7 @@ fn prompt(request: &ApprovalRequest, deadline: Instant) -> Decision {
     let mut out = &tty;
     let text = format!(
         "\n{}[y] run  [t] run and trust this session  [n] deny > ",
-        String::from_utf8_lossy(&crate::cli::run::sanitize_for_terminal(
+        String::from_utf8_lossy(&super::terminal::sanitize_for_terminal(
             request.prompt_text().as_bytes()
         ))
     );

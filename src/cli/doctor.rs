@@ -145,7 +145,11 @@ fn pipeline_summary(policy: &crate::policy::Policy) -> Vec<String> {
         format!(
             "audit: {}",
             if policy.audit.path.is_empty() {
-                policy.state_dir().join("audit.jsonl").display().to_string()
+                policy
+                    .state_dir_for(crate::util::euid())
+                    .join("audit.jsonl")
+                    .display()
+                    .to_string()
             } else {
                 policy.audit.path.clone()
             }

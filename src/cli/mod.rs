@@ -7,6 +7,7 @@ mod doctor;
 mod image;
 mod repl;
 pub(crate) mod run;
+mod terminal;
 
 use crate::backend::BackendChoice;
 use crate::policy::Policy;
@@ -95,10 +96,11 @@ pub enum ImageAction {
 
 /// Resolves `-b` (else the configured default) into a choice.
 pub fn backend_choice(arg: &BackendArg, policy: &Policy) -> crate::Result<BackendChoice> {
-    arg.backend
-        .as_deref()
-        .unwrap_or(&policy.defaults.backend)
-        .parse()
+    let name = match arg.backend.as_deref() {
+        Some(b) => b.parse()?,
+        None => policy.defaults.backend,
+    };
+    Ok(name.into())
 }
 
 /// Logs to stderr (`RUST_LOG`, default `warn`), through `redactor` when there is one.

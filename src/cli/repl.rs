@@ -138,7 +138,7 @@ pub async fn repl(language: Option<Language>, backend_arg: BackendArg, policy: P
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<OutputEvent>();
         let printer = tokio::spawn(async move {
             while let Some(ev) = rx.recv().await {
-                let data = super::run::sanitize_for_terminal(&ev.data);
+                let data = super::terminal::sanitize_for_terminal(&ev.data);
                 let _ = match ev.stream {
                     StreamKind::Stdout => std::io::stdout()
                         .write_all(&data)

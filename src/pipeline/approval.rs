@@ -11,6 +11,7 @@
 //! terminal, the MCP server sends an elicitation request to the client, the HTTP API holds a
 //! pending-approval resource ([`PendingApprovals`]) that an operator answers.
 
+pub use crate::policy::pipeline::{ApprovalMode, ApprovalSettings};
 use crate::types::Language;
 use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
@@ -18,37 +19,6 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 use tokio::sync::oneshot;
-
-/// When approval is required.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum ApprovalMode {
-    #[default]
-    Off,
-    Auto,
-    Ask,
-}
-
-/// `[approval]` in the policy.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ApprovalSettings {
-    pub mode: ApprovalMode,
-    /// How long an execution waits for a decision; then it is denied.
-    pub timeout_ms: u64,
-}
-
-impl ApprovalSettings {
-    /// Whether an execution must wait for a decision.
-    pub fn required(&self, session_trusted: bool, has_findings: bool) -> bool {
-        match self.mode {
-            ApprovalMode::Off => false,
-            _ if session_trusted => false,
-            ApprovalMode::Auto => has_findings,
-            ApprovalMode::Ask => true,
-        }
-    }
-}
 
 /// What a person is asked to approve. The code is already redacted.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]

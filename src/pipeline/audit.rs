@@ -10,6 +10,7 @@
 
 use super::redact::Redactor;
 use crate::error::{Error, Result};
+pub use crate::policy::pipeline::AuditSettings;
 use serde::{Deserialize, Serialize};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -17,19 +18,6 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-
-/// `[audit]` in the policy.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AuditSettings {
-    pub enabled: bool,
-    /// The log file; "" = `<state_dir>/audit.jsonl`.
-    pub path: String,
-    /// Rotate when the file would grow past this many bytes.
-    pub max_bytes: u64,
-    /// Rotated files kept.
-    pub keep: u32,
-}
 
 const UNWRITABLE_HINT: &str = "set SANDPIT_AUDIT_PATH to a file you can write, or SANDPIT_AUDIT=false to run without an audit trail";
 

@@ -7,41 +7,16 @@
 //! module redacts the rest of the result: `result`, the exception, error messages, warnings
 //! and output files.
 
-use super::analyzer::{Analyzer, Finding, Mode};
+use super::analyzer::{Analyzer, Finding};
 use super::approval::{self, ApprovalRequest, ApprovalSettings, Approver, Decision};
 use super::audit::{sha256_hex, AuditLog, AuditRecord};
 use super::redact::Redactor;
 use crate::error::{Error, Result};
+pub use crate::policy::pipeline::AnalyzerSettings;
 use crate::policy::Policy;
-use crate::types::{ExecRequest, ExecResult, Language};
-use serde::{Deserialize, Serialize};
+use crate::types::{ExecRequest, ExecResult};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
-
-/// `[analyzer]` in the policy: one mode for every language, optionally overridden per language.
-/// `SANDPIT_ANALYZER` sets every language at once.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AnalyzerSettings {
-    pub mode: Mode,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub python: Option<Mode>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub javascript: Option<Mode>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bash: Option<Mode>,
-}
-
-impl AnalyzerSettings {
-    pub fn mode_for(&self, language: Language) -> Mode {
-        match language {
-            Language::Python => self.python,
-            Language::Javascript => self.javascript,
-            Language::Bash => self.bash,
-        }
-        .unwrap_or(self.mode)
-    }
-}
 
 /// Who is asking, through which interface, and how a person can be asked.
 #[derive(Clone, Copy)]
@@ -88,7 +63,7 @@ impl Pipeline {
         let audit = if policy.audit.enabled {
             Some(AuditLog::open(
                 &policy.audit,
-                &policy.state_dir(),
+                &policy.state_dir_for(crate::util::euid()),
                 redactor.clone(),
             )?)
         } else {
@@ -153,7 +128,7 @@ impl Pipeline {
             ).to_lowercase()),
             Some(approver) => {
                 let request = ApprovalRequest {
-                    id: crate::pipeline::wrapper::new_nonce()
+                    id: crate::util::random_hex(16)
                         .map(|n| n[..16].to_string())
                         .unwrap_or_else(|_| "approval".into()),
                     user: user.to_string(),
@@ -161,7 +136,7 @@ impl Pipeline {
                     language: req.language,
                     code: self.redactor.redact_str(&req.code),
                     findings: admission.warnings.clone(),
-                    created_at: crate::session::manager::rfc3339(SystemTime::now()),
+                    created_at: crate::util::rfc3339(SystemTime::now()),
                 };
                 tracing::info!(approval = %request.id, session = ?req.session_id, interface = caller.interface, "waiting for approval");
                 approval::ask(
@@ -192,7 +167,7 @@ impl Pipeline {
     }
 
     fn screen(&self, req: &ExecRequest, admission: &mut Admission) -> Result<()> {
-        crate::session::packages::validate(req.language, &req.packages)?;
+        crate::pipeline::analyzer::validate_packages(req.language, &req.packages)?;
         let screening =
             self.analyzer
                 .screen(req.language, &req.code, self.modes.mode_for(req.language));
@@ -297,7 +272,7 @@ impl Pipeline {
     ) {
         let Some(log) = &self.audit else { return };
         let record = AuditRecord {
-            time: crate::session::manager::rfc3339(SystemTime::now()),
+            time: crate::util::rfc3339(SystemTime::now()),
             interface: caller.interface.to_string(),
             user: user.to_string(),
             session_id: req.session_id.clone(),

@@ -147,7 +147,7 @@ pub fn write_inputs(workspace: &Path, files: &[FileSpec]) -> Result<()> {
         // link to a file outside the workspace. Write a fresh file under a private name, then
         // rename it over `path`, which replaces the directory entry and leaves any linked inode
         // alone.
-        let tmp_name = format!(".sandpit-in-{}", crate::pipeline::wrapper::new_nonce()?);
+        let tmp_name = format!(".sandpit-in-{}", crate::util::random_hex(16)?);
         let fd = open_beneath(
             &dir,
             Path::new(&tmp_name),

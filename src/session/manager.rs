@@ -371,8 +371,8 @@ impl SessionManager {
                     } else {
                         "idle"
                     },
-                    created_at: rfc3339(e.created_at),
-                    last_used_at: rfc3339(last),
+                    created_at: crate::util::rfc3339(e.created_at),
+                    last_used_at: crate::util::rfc3339(last),
                     execution_count: count,
                 }
             })
@@ -438,48 +438,5 @@ impl SessionManager {
             }
             tracing::info!(session = %id, "session torn down at shutdown");
         }
-    }
-}
-
-/// `SystemTime` as RFC 3339 UTC with seconds (`2026-11-22T00:45:00Z`).
-pub fn rfc3339(t: SystemTime) -> String {
-    let secs = t
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rfc3339_formats_utc() {
-        assert_eq!(rfc3339(SystemTime::UNIX_EPOCH), "1970-01-01T00:00:00Z");
-        assert_eq!(
-            rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_308_300)),
-            "2026-11-22T00:45:00Z"
-        );
-        assert_eq!(
-            rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(951_782_400)),
-            "2000-02-29T00:00:00Z"
-        );
     }
 }

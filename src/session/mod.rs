@@ -193,7 +193,7 @@ impl Session {
     ) -> Result<Session> {
         let id = match config.session_id.clone() {
             Some(id) => id,
-            None => format!("s-{}", &wrapper::new_nonce()?[..12]),
+            None => format!("s-{}", crate::util::random_hex(6)?),
         };
         let interpreter = policy.interpreters.path(config.language).to_path_buf();
         if !interpreter.is_file() {
@@ -229,7 +229,7 @@ impl Session {
             network: config.network,
             read_only: policy.filesystem.read_only.clone(),
             workspace: config.workspace,
-            state_dir: policy.state_dir(),
+            state_dir: policy.state_dir_for(crate::util::euid()),
         };
         let mut s = Session {
             id,
@@ -402,7 +402,7 @@ impl Session {
         output: Option<mpsc::UnboundedSender<OutputEvent>>,
         cancel: Option<Arc<tokio::sync::Notify>>,
     ) -> Result<ExecResult> {
-        packages::validate(req.language, &req.packages)?;
+        crate::pipeline::analyzer::validate_packages(req.language, &req.packages)?;
         let recycled = self.recycle_reason();
         if recycled.is_some() {
             // Replace the sandbox now, so packages go into the one that runs the code.

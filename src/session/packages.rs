@@ -18,6 +18,7 @@
 use super::{ExecOptions, Session, SessionConfig};
 use crate::backend::Backend;
 use crate::error::{Error, Result};
+use crate::pipeline::analyzer::{installer_for, validate_packages};
 use crate::policy::Policy;
 use crate::types::{Language, Status};
 use std::collections::BTreeMap;
@@ -54,36 +55,6 @@ case "$INSTALLER" in
 esac
 "#;
 
-/// Which package manager serves a language.
-pub fn installer_for(language: Language) -> Result<&'static str> {
-    match language {
-        Language::Python => Ok("pip"),
-        Language::Javascript => Ok("npm"),
-        Language::Bash => Err(Error::InvalidRequest(
-            "packages can be installed into python (pip) and javascript (npm) sessions, not bash"
-                .into(),
-        )),
-    }
-}
-
-/// Checks a request's package list: the language has an installer, every name is valid.
-pub fn validate(language: Language, packages: &[String]) -> Result<()> {
-    if packages.is_empty() {
-        return Ok(());
-    }
-    installer_for(language)?;
-    if packages.len() > 50 {
-        return Err(Error::InvalidRequest(format!(
-            "{} packages requested; at most 50 per request",
-            packages.len()
-        )));
-    }
-    for p in packages {
-        crate::pipeline::analyzer::validate_package_name(p).map_err(Error::InvalidRequest)?;
-    }
-    Ok(())
-}
-
 /// The session an installation is for.
 pub struct Target {
     pub session_id: String,
@@ -106,7 +77,7 @@ pub async fn install(
         workspace,
     } = target;
     let installer = installer_for(language)?;
-    validate(language, packages)?;
+    validate_packages(language, packages)?;
     if !policy.network_allowed() {
         return Err(Error::PolicyDenied(format!(
             "installing {} needs network for the installer ({installer}), which the policy does not allow (network.allow = false); enable it with SANDPIT_NETWORK_ALLOW=true, or put the packages in the interpreter's environment or the sandbox image",
@@ -188,27 +159,6 @@ fn tail(stdout: &str, stderr: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn bash_has_no_installer_and_names_are_checked() {
-        assert!(validate(Language::Bash, &[]).is_ok());
-        assert!(matches!(
-            validate(Language::Bash, &["x".into()]),
-            Err(Error::InvalidRequest(_))
-        ));
-        assert!(validate(Language::Python, &["requests".into()]).is_ok());
-        for bad in ["--index-url=http://x", "a b", "../x", "-e", "x;rm -rf /"] {
-            assert!(
-                matches!(
-                    validate(Language::Python, &[bad.into()]),
-                    Err(Error::InvalidRequest(_))
-                ),
-                "{bad} accepted"
-            );
-        }
-        let many: Vec<String> = (0..51).map(|i| format!("p{i}")).collect();
-        assert!(validate(Language::Javascript, &many).is_err());
-    }
 
     #[test]
     fn tail_keeps_the_end_of_both_streams() {

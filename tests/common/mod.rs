@@ -40,7 +40,7 @@ pub fn policy() -> Policy {
     p.limits.pids = 64;
     p.limits.memory_mb = 512;
     if let Ok(dir) = std::env::var("SANDPIT_TEST_STATE_DIR") {
-        p.linux.state_dir = dir;
+        p.state_dir = dir;
     }
     p
 }

@@ -331,7 +331,7 @@ impl DockerBackend {
     }
 
     async fn launch_now(&self, spec: &LaunchSpec) -> Result<Launched> {
-        let name = crate::pipeline::wrapper::new_nonce()?[..16].to_string();
+        let name = crate::util::random_hex(8)?;
         let base = spec.state_dir.join("docker").join(&name);
         let workspace = spec
             .workspace

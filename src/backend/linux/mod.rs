@@ -320,7 +320,7 @@ fn bind_kind(p: &Path) -> Option<BindKind> {
 }
 
 fn random_name() -> Result<String> {
-    Ok(crate::pipeline::wrapper::new_nonce()?[..16].to_string())
+    crate::util::random_hex(8)
 }
 
 fn mkdir(p: &Path, mode: u32) -> Result<()> {

@@ -21,53 +21,12 @@ mod syntax;
 #[cfg(test)]
 mod tests;
 
-pub use packages::validate_package_name;
+pub use crate::policy::pipeline::Mode;
+pub use packages::{installer_for, validate_package_name, validate_packages};
 pub use rules::{Examples, Rule};
 
 use crate::types::Language;
 use serde::{Deserialize, Serialize};
-
-/// How the analyzer's findings are applied, per language or for all at once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    /// A block rule that matches stops the code; warn rules become warnings.
-    Block,
-    /// Every finding becomes a warning; the code runs.
-    Warn,
-    /// The code is not analyzed.
-    Off,
-}
-
-impl Mode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Block => "block",
-            Mode::Warn => "warn",
-            Mode::Off => "off",
-        }
-    }
-}
-
-impl std::fmt::Display for Mode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for Mode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "block" => Ok(Mode::Block),
-            "warn" => Ok(Mode::Warn),
-            "off" => Ok(Mode::Off),
-            _ => Err(format!(
-                "unknown analyzer mode {s:?}; expected block, warn or off"
-            )),
-        }
-    }
-}
 
 /// What a rule asks for when it matches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,4 +1,8 @@
-//! Package names for pip and npm, checked before they reach the package manager.
+//! Package names for pip and npm, checked before they reach the package manager, and which
+//! package manager serves a language.
+
+use crate::error::{Error, Result};
+use crate::types::Language;
 
 /// The longest accepted package specification.
 const MAX_LEN: usize = 100;
@@ -82,4 +86,60 @@ fn is_name(s: &str) -> bool {
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
         && !s.contains("..")
+}
+
+/// Which package manager serves a language.
+pub fn installer_for(language: Language) -> Result<&'static str> {
+    match language {
+        Language::Python => Ok("pip"),
+        Language::Javascript => Ok("npm"),
+        Language::Bash => Err(Error::InvalidRequest(
+            "packages can be installed into python (pip) and javascript (npm) sessions, not bash"
+                .into(),
+        )),
+    }
+}
+
+/// Checks a request's package list: the language has an installer, every name is valid.
+pub fn validate_packages(language: Language, packages: &[String]) -> Result<()> {
+    if packages.is_empty() {
+        return Ok(());
+    }
+    installer_for(language)?;
+    if packages.len() > 50 {
+        return Err(Error::InvalidRequest(format!(
+            "{} packages requested; at most 50 per request",
+            packages.len()
+        )));
+    }
+    for p in packages {
+        validate_package_name(p).map_err(Error::InvalidRequest)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bash_has_no_installer_and_names_are_checked() {
+        assert!(validate_packages(Language::Bash, &[]).is_ok());
+        assert!(matches!(
+            validate_packages(Language::Bash, &["x".into()]),
+            Err(Error::InvalidRequest(_))
+        ));
+        assert!(validate_packages(Language::Python, &["requests".into()]).is_ok());
+        for bad in ["--index-url=http://x", "a b", "../x", "-e", "x;rm -rf /"] {
+            assert!(
+                matches!(
+                    validate_packages(Language::Python, &[bad.into()]),
+                    Err(Error::InvalidRequest(_))
+                ),
+                "{bad} accepted"
+            );
+        }
+        let many: Vec<String> = (0..51).map(|i| format!("p{i}")).collect();
+        assert!(validate_packages(Language::Javascript, &many).is_err());
+    }
 }

@@ -23,6 +23,7 @@ mod writer;
 #[cfg(test)]
 mod tests;
 
+pub use crate::policy::pipeline::RedactionConfig;
 pub use stream::StreamRedactor;
 pub use writer::{RedactingStderr, RedactingWriter};
 
@@ -37,33 +38,6 @@ pub const MIN_VALUE_CHARS: usize = 4;
 
 /// The replacement for every secret: fixed, so it does not reveal the secret's length.
 pub const MASK: &str = "***";
-
-/// The `[redaction]` configuration.
-#[derive(Debug, Clone, serde::Deserialize, serde::Serialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct RedactionConfig {
-    /// Default true.
-    pub enabled: bool,
-    /// Literal secrets to mask (at least [`MIN_VALUE_CHARS`] characters; multi-line values are
-    /// masked line by line).
-    pub values: Vec<String>,
-    /// Names of server environment variables whose values are masked (read at build time;
-    /// unset or empty ones are skipped with a warning).
-    pub env: Vec<String>,
-    /// Use the built-in patterns of `profiles/redaction.toml`. Default true.
-    pub builtin_patterns: bool,
-}
-
-impl Default for RedactionConfig {
-    fn default() -> Self {
-        RedactionConfig {
-            enabled: true,
-            values: Vec::new(),
-            env: Vec::new(),
-            builtin_patterns: true,
-        }
-    }
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum RedactError {

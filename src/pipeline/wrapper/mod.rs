@@ -38,10 +38,7 @@ pub fn driver_argv(lang: Language, interpreter: &Path) -> Vec<OsString> {
 
 /// A fresh 128-bit nonce as 32 lowercase hex characters.
 pub fn new_nonce() -> crate::Result<String> {
-    let mut b = [0u8; 16];
-    getrandom::getrandom(&mut b)
-        .map_err(|e| crate::Error::sandbox(format!("no randomness for a nonce: {e}")))?;
-    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+    crate::util::random_hex(16)
 }
 
 /// The end marker for `nonce`.

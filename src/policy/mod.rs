@@ -5,12 +5,14 @@
 //! rather than re-deriving its meaning. The built-in defaults are `profiles/default-policy.toml`,
 //! embedded at build time.
 
+pub mod pipeline;
+
 use crate::error::{Error, Result};
 use crate::types::{ExecRequest, Language};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-const DEFAULT_POLICY: &str = include_str!("../profiles/default-policy.toml");
+const DEFAULT_POLICY: &str = include_str!("../../profiles/default-policy.toml");
 
 /// The smallest limits every interpreter starts with on every backend (measured: below 64 MB
 /// the native helper or node fail to start, node needs about ten threads), for the policy and
@@ -27,8 +29,40 @@ pub const TIMEOUT_RANGE_MS: std::ops::RangeInclusive<u64> = 100..=300_000;
 #[serde(deny_unknown_fields)]
 pub struct Defaults {
     pub language: Language,
-    pub backend: String,
+    pub backend: BackendName,
     pub timeout_ms: u64,
+}
+
+/// A backend as the configuration names it (`defaults.backend`, `-b`): `auto` or one of the
+/// backends of `interface.md` §3. The backend layer turns it into its own choice type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendName {
+    Auto,
+    Linux,
+    Docker,
+    Macos,
+    Wasi,
+    Unsandboxed,
+}
+
+impl std::str::FromStr for BackendName {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Ok(match s {
+            "auto" => BackendName::Auto,
+            "linux" => BackendName::Linux,
+            "docker" => BackendName::Docker,
+            "macos" => BackendName::Macos,
+            "wasi" => BackendName::Wasi,
+            "unsandboxed" => BackendName::Unsandboxed,
+            other => {
+                return Err(Error::InvalidRequest(format!(
+                    "unknown backend {other:?}; expected auto, linux, docker, macos, wasi or unsandboxed"
+                )))
+            }
+        })
+    }
 }
 
 /// Resource limits. In the policy these are the maxima (and the defaults); a request may lower them.
@@ -110,14 +144,19 @@ pub struct PackagesPolicy {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Policy {
+    /// Where sandboxes keep their state (session directories, uid slots, the audit log), for
+    /// every backend; "" = the per-user default ([`Policy::state_dir_for`]). `linux.state_dir`
+    /// is the older name, read when this is empty.
+    #[serde(default)]
+    pub state_dir: String,
     pub defaults: Defaults,
     pub limits: Limits,
     pub network: NetworkPolicy,
     pub packages: PackagesPolicy,
-    pub analyzer: crate::pipeline::gate::AnalyzerSettings,
-    pub redaction: crate::pipeline::redact::RedactionConfig,
-    pub approval: crate::pipeline::approval::ApprovalSettings,
-    pub audit: crate::pipeline::audit::AuditSettings,
+    pub analyzer: pipeline::AnalyzerSettings,
+    pub redaction: pipeline::RedactionConfig,
+    pub approval: pipeline::ApprovalSettings,
+    pub audit: pipeline::AuditSettings,
     pub interpreters: Interpreters,
     pub filesystem: FilesystemPolicy,
     pub linux: LinuxSettings,
@@ -314,13 +353,16 @@ impl Policy {
         l
     }
 
-    /// Where session directories live.
-    pub fn state_dir(&self) -> PathBuf {
-        if !self.linux.state_dir.is_empty() {
-            return PathBuf::from(&self.linux.state_dir);
+    /// Where sandboxes keep their state when sandpit runs as `euid` (the caller asks the
+    /// kernel: no syscalls here): `state_dir`, else `linux.state_dir`, else `/var/lib/sandpit`
+    /// for root and a per-user runtime directory for everyone else.
+    pub fn state_dir_for(&self, euid: u32) -> PathBuf {
+        for configured in [&self.state_dir, &self.linux.state_dir] {
+            if !configured.is_empty() {
+                return PathBuf::from(configured);
+            }
         }
-        // SAFETY: geteuid has no preconditions and cannot fail.
-        let uid = unsafe { libc::geteuid() };
+        let uid = euid;
         if uid == 0 {
             return PathBuf::from("/var/lib/sandpit");
         }
@@ -387,7 +429,7 @@ pub const ENV_KEYS: &[(&str, &str, &str)] = &[
     ("SANDPIT_PYTHON", "interpreters", "python"),
     ("SANDPIT_NODE", "interpreters", "javascript"),
     ("SANDPIT_BASH", "interpreters", "bash"),
-    ("SANDPIT_STATE_DIR", "linux", "state_dir"),
+    ("SANDPIT_STATE_DIR", "", "state_dir"),
     ("SANDPIT_UID_BASE", "linux", "uid_base"),
     ("SANDPIT_UID_COUNT", "linux", "uid_count"),
     ("SANDPIT_LINUX_NAMESPACES", "linux", "namespaces"),
@@ -405,7 +447,13 @@ fn apply_env(
     let mut applied = Vec::new();
     for (var, table, key) in ENV_KEYS {
         let Some(raw) = get(var) else { continue };
-        let Some(tbl) = merged.get_mut(*table).and_then(|t| t.as_table_mut()) else {
+        // An empty table name is a top-level key.
+        let tbl = if table.is_empty() {
+            merged.as_table_mut()
+        } else {
+            merged.get_mut(*table).and_then(|t| t.as_table_mut())
+        };
+        let Some(tbl) = tbl else {
             continue;
         };
         let old = tbl.get(*key).cloned();
@@ -479,6 +527,40 @@ mod tests {
         assert!(apply_env(&mut v, |k| (k == "SANDPIT_PIDS")
             .then(|| "lots".to_string()))
         .is_err());
+    }
+
+    #[test]
+    fn the_state_directory_is_one_setting_with_its_older_name_as_alias() {
+        let mut v: toml::Value = toml::from_str(DEFAULT_POLICY).unwrap();
+        apply_env(&mut v, |k| {
+            (k == "SANDPIT_STATE_DIR").then(|| "/srv/sp".to_string())
+        })
+        .unwrap();
+        let p: Policy = v.try_into().unwrap();
+        assert_eq!(p.state_dir_for(1000), PathBuf::from("/srv/sp"));
+        let mut old = Policy::default();
+        old.linux.state_dir = "/old".into();
+        assert_eq!(old.state_dir_for(0), PathBuf::from("/old"));
+        old.state_dir = "/new".into();
+        assert_eq!(
+            old.state_dir_for(0),
+            PathBuf::from("/new"),
+            "the new name wins"
+        );
+        assert_eq!(
+            Policy::default().state_dir_for(0),
+            PathBuf::from("/var/lib/sandpit")
+        );
+    }
+
+    #[test]
+    fn the_default_backend_is_a_typed_choice() {
+        assert_eq!(Policy::default().defaults.backend, BackendName::Auto);
+        let bad: std::result::Result<Policy, _> =
+            toml::from_str(&DEFAULT_POLICY.replace("backend = \"auto\"", "backend = \"dokcer\""));
+        assert!(bad.is_err(), "a misspelt backend is a configuration error");
+        assert!("podman".parse::<BackendName>().is_err());
+        assert_eq!("wasi".parse::<BackendName>().unwrap(), BackendName::Wasi);
     }
 
     #[test]
