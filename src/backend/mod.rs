@@ -82,6 +82,36 @@ impl From<crate::policy::BackendName> for BackendChoice {
     }
 }
 
+/// What a sandbox's set-up says on the response channel before the driver's ready line, one
+/// JSON object per line (`{"helper_error": {...}}`, `{"layers": {...}}`): the native helper
+/// stage writes it, the session reads it. Both sides use this type.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SetupMessage {
+    /// A confinement step could not be applied: the launch ends there (fail closed).
+    HelperError { step: String, message: String },
+    /// Every layer in force, as the sandbox itself saw it.
+    Layers(LayersReport),
+}
+
+/// The layers in force in one sandbox (see [`SetupMessage::Layers`]).
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct LayersReport {
+    /// The namespaces it has of its own (`user`, `mount`, `pid`, `net`, `ipc`, `uts`).
+    pub namespaces: Vec<String>,
+    /// It runs in a root of its own (pivot_root).
+    pub own_root: bool,
+    pub uid: u32,
+    /// Landlock's state, e.g. "landlock fully enforced (kernel ABI 7)".
+    pub landlock: String,
+    /// The seccomp filters installed, in order, and what the waiter decides.
+    pub seccomp_filters: Vec<String>,
+    /// It was placed in a cgroup of its own.
+    pub cgroup: bool,
+    /// The resource limits set, e.g. "AddressSpace(536870912)".
+    pub rlimits: Vec<String>,
+}
+
 /// Everything a backend needs to start one session's interpreter.
 #[derive(Debug, Clone)]
 pub struct LaunchSpec {

@@ -27,6 +27,23 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
+/// One line on the response channel before the first cell: the set-up's messages (native
+/// helper), then the driver's ready line (`{"ready": true, "version": ...}`).
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum StartupLine {
+    Setup(crate::backend::SetupMessage),
+    Ready(DriverReady),
+}
+
+/// The driver's first line: it runs and which interpreter version it is.
+#[derive(serde::Deserialize)]
+struct DriverReady {
+    ready: bool,
+    #[serde(default)]
+    version: String,
+}
+
 /// How long an interrupted cell has to answer before the sandbox is killed.
 pub const INTERRUPT_GRACE: Duration = Duration::from_millis(1500);
 /// How long a new interpreter has to say it is ready.
@@ -109,7 +126,7 @@ struct Running {
     stderr: mpsc::Receiver<Vec<u8>>,
     control: Box<dyn SandboxControl>,
     version: String,
-    layers: Option<serde_json::Value>,
+    layers: Option<crate::backend::LayersReport>,
 }
 
 /// A persistent interpreter session.
@@ -280,7 +297,7 @@ impl Session {
     }
 
     /// What the helper stage reported in force (native backend), for `doctor` and tests.
-    pub fn layers(&self) -> Option<&serde_json::Value> {
+    pub fn layers(&self) -> Option<&crate::backend::LayersReport> {
         self.running.as_ref().and_then(|r| r.layers.as_ref())
     }
 
@@ -345,27 +362,27 @@ impl Session {
                 }
                 Ok(Ok(Some(Ok(l)))) => l,
             };
-            let v: serde_json::Value = serde_json::from_slice(&line).map_err(|e| {
+            let unreadable = |e: serde_json::Error| {
                 Error::sandbox(format!(
                     "unreadable line from the sandbox: {e}: {}",
                     String::from_utf8_lossy(&line)
                 ))
-            })?;
-            if let Some(err) = v.get("helper_error") {
-                let _ = running.control.wait().await;
-                return Err(Error::sandbox(format!(
-                    "could not confine the interpreter at step {}: {}",
-                    err["step"].as_str().unwrap_or("?"),
-                    err["message"].as_str().unwrap_or("?")
-                )));
-            }
-            if let Some(layers) = v.get("layers") {
-                running.layers = Some(layers.clone());
-                continue;
-            }
-            if v.get("ready").and_then(|r| r.as_bool()) == Some(true) {
-                running.version = v["version"].as_str().unwrap_or_default().to_string();
-                break;
+            };
+            match serde_json::from_slice::<StartupLine>(&line).map_err(unreadable)? {
+                StartupLine::Setup(crate::backend::SetupMessage::HelperError { step, message }) => {
+                    let _ = running.control.wait().await;
+                    return Err(Error::sandbox(format!(
+                        "could not confine the interpreter at step {step}: {message}"
+                    )));
+                }
+                StartupLine::Setup(crate::backend::SetupMessage::Layers(layers)) => {
+                    running.layers = Some(layers);
+                }
+                StartupLine::Ready(r) if r.ready => {
+                    running.version = r.version;
+                    break;
+                }
+                StartupLine::Ready(_) => {}
             }
         }
         tracing::info!(session = %self.id, language = %self.spec.language, backend = self.backend_name(), version = %running.version, "session started");
@@ -867,5 +884,49 @@ impl Drop for Session {
         if let Some(r) = &self.running {
             r.control.kill();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{LayersReport, SetupMessage};
+
+    #[test]
+    fn startup_lines_are_typed_and_keep_their_wire_form() {
+        let err = SetupMessage::HelperError {
+            step: "landlock".into(),
+            message: "not enforced".into(),
+        };
+        let text = serde_json::to_string(&err).unwrap();
+        assert_eq!(
+            text,
+            r#"{"helper_error":{"step":"landlock","message":"not enforced"}}"#
+        );
+        assert!(matches!(
+            serde_json::from_str::<StartupLine>(&text).unwrap(),
+            StartupLine::Setup(SetupMessage::HelperError { step, .. }) if step == "landlock"
+        ));
+        let layers = SetupMessage::Layers(LayersReport {
+            namespaces: vec!["pid".into()],
+            own_root: false,
+            uid: 1000,
+            landlock: "landlock fully enforced (kernel ABI 7)".into(),
+            seccomp_filters: vec!["allow".into()],
+            cgroup: false,
+            rlimits: vec![],
+        });
+        let text = serde_json::to_string(&layers).unwrap();
+        assert!(text.starts_with(r#"{"layers":{"namespaces":["pid"]"#), "{text}");
+        assert!(matches!(
+            serde_json::from_str::<StartupLine>(&text).unwrap(),
+            StartupLine::Setup(SetupMessage::Layers(_))
+        ));
+        let ready = r#"{"ready":true,"language":"python","version":"3.11.2","pid":7}"#;
+        assert!(matches!(
+            serde_json::from_str::<StartupLine>(ready).unwrap(),
+            StartupLine::Ready(DriverReady { ready: true, version }) if version == "3.11.2"
+        ));
+        assert!(serde_json::from_str::<StartupLine>(r#"{"other":1}"#).is_err());
     }
 }

@@ -9,6 +9,7 @@
 
 use super::plan::LinuxPlan;
 use super::{landlock_rules, mounts, reaper, seccomp, supervisor};
+use crate::backend::{LayersReport, SetupMessage};
 use nix::sched::{unshare, CloneFlags};
 use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
 use nix::sys::wait::{waitpid, WaitStatus};
@@ -42,8 +43,12 @@ fn write_fd(fd: i32, bytes: &[u8]) {
 
 fn fail(step: Step, message: impl std::fmt::Display) -> ! {
     let name = format!("{step:?}").to_lowercase();
-    let line = serde_json::json!({"helper_error": {"step": name, "message": message.to_string()}});
-    write_fd(RESPONSE_FD, format!("{line}\n").as_bytes());
+    let line = SetupMessage::HelperError {
+        step: name.clone(),
+        message: message.to_string(),
+    };
+    let text = serde_json::to_string(&line).unwrap_or_default();
+    write_fd(RESPONSE_FD, format!("{text}\n").as_bytes());
     write_fd(
         2,
         format!("sandpit: sandbox setup failed at {name}: {message}\n").as_bytes(),
@@ -332,12 +337,29 @@ pub fn main(plan_json: &str) -> ! {
     }
 
     // 10. Tell the host what is in force, then exec the interpreter with a clean environment.
-    let report = serde_json::json!({"layers": {
-        "namespaces": ns, "root": plan.root.is_some(), "uid": nix::unistd::getuid().as_raw(),
-        "landlock": landlock, "seccomp_filters": filter_names,
-        "cgroup": plan.wait_for_placement, "rlimits": plan.rlimits,
-    }});
-    write_fd(RESPONSE_FD, format!("{report}\n").as_bytes());
+    let ns_names = [
+        (ns.user, "user"),
+        (ns.mount, "mount"),
+        (ns.pid, "pid"),
+        (ns.net, "net"),
+        (ns.ipc, "ipc"),
+        (ns.uts, "uts"),
+    ];
+    let report = SetupMessage::Layers(LayersReport {
+        namespaces: ns_names
+            .iter()
+            .filter(|(on, _)| *on)
+            .map(|(_, n)| n.to_string())
+            .collect(),
+        own_root: plan.root.is_some(),
+        uid: nix::unistd::getuid().as_raw(),
+        landlock,
+        seccomp_filters: filter_names,
+        cgroup: plan.wait_for_placement,
+        rlimits: plan.rlimits.iter().map(|r| format!("{r:?}")).collect(),
+    });
+    let text = serde_json::to_string(&report).unwrap_or_default();
+    write_fd(RESPONSE_FD, format!("{text}\n").as_bytes());
     let cstr =
         |s: &str| CString::new(s).unwrap_or_else(|_| fail(Step::Exec, "NUL byte in argv or env"));
     let argv: Vec<CString> = plan.argv.iter().map(|a| cstr(a)).collect();
