@@ -17,6 +17,7 @@ mod javascript;
 mod packages;
 mod python;
 mod rules;
+mod scope;
 mod syntax;
 #[cfg(test)]
 mod tests;
