@@ -21,7 +21,8 @@
 //! Resolution is bottom-up and iterative (see `scope.rs`, shared with Python), and
 //! declarations are scoped by function with an explicit stack (blocks are not scopes here).
 
-use super::rules::{any_glob, JavascriptMatcher, Matcher};
+use super::glob::any_glob;
+use super::rules::{JavascriptMatcher, Matcher};
 use super::scope::{self, Binding, Inherited, Resolve};
 use super::syntax::{
     self, append, hex_char, named_children, text, Ctx, Lines, Postorder, Relevance, MAX_NESTING,

@@ -25,7 +25,8 @@
 //! names that can still lead to a rule match are kept ([`Relevance`]), so the cost is linear
 //! in the code and nothing recurses over the tree.
 
-use super::rules::{any_glob, ArgSpec, Matcher, PythonMatcher};
+use super::glob::any_glob;
+use super::rules::{ArgSpec, Matcher, PythonMatcher};
 use super::scope::{self, Binding, Inherited, Resolve};
 use super::syntax::{
     self, append, hex_char, named_children, text, Ctx, Lines, Postorder, Relevance, MAX_NAME_HOPS,
