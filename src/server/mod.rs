@@ -1,5 +1,6 @@
-//! The servers over the session manager: `mcp` (Model Context Protocol on stdio) and `http`
-//! (the HTTP API with OpenAPI and streaming).
+//! The servers over the session manager: `mcp` (Model Context Protocol on stdio), `http`
+//! (the HTTP API with OpenAPI and streaming) and `metrics` (its Prometheus metrics).
 
 pub mod http;
 pub mod mcp;
+mod metrics;

@@ -19,7 +19,8 @@
 //! functions being defined, and commands are resolved once: the cost stays linear however
 //! the code nests.
 
-use super::rules::{any_glob, BashMatcher, ExfiltrationSpec, Glob, Matcher};
+use super::glob::{any_glob, Glob};
+use super::rules::{BashMatcher, ExfiltrationSpec, Matcher};
 use super::syntax::{
     self, field_children, hex_char, named_children, text, Ctx, Lines, Postorder, MAX_NAME_HOPS,
     MAX_NESTING,

@@ -18,15 +18,15 @@
 //! As in Python, a name always also resolves to itself (the global), so rebinding it does
 //! not hide it; identifiers may be spelled with `\u` escapes (`\u0072equire`).
 //!
-//! Resolution is bottom-up and iterative, as in `python.rs`, and declarations are scoped by
-//! function with an explicit stack (blocks are not scopes here).
+//! Resolution is bottom-up and iterative (see `scope.rs`, shared with Python), and
+//! declarations are scoped by function with an explicit stack (blocks are not scopes here).
 
-use super::rules::{any_glob, JavascriptMatcher, Matcher};
+use super::glob::any_glob;
+use super::rules::{JavascriptMatcher, Matcher};
+use super::scope::{self, Binding, Inherited, Resolve};
 use super::syntax::{
-    self, append, hex_char, named_children, text, Ctx, Lines, Postorder, Relevance, CONST_BUDGET,
-    MAX_NAME_HOPS, MAX_NESTING, MAX_PASSES,
+    self, append, hex_char, named_children, text, Ctx, Lines, Postorder, Relevance, MAX_NESTING,
 };
-use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 use tree_sitter::Node;
@@ -57,8 +57,6 @@ const FUNCTION_KINDS: &[&str] = &[
     "arrow_function",
     "method_definition",
 ];
-
-type Inherited = HashMap<String, Vec<String>>;
 
 /// Names whose attributes or calls the resolver interprets (besides the rules' names).
 const SPECIAL_NAMES: &[&str] = &[
@@ -107,7 +105,7 @@ fn analyze_nested(ctx: &mut Ctx, code: &str, lines: Lines, inherited: &Inherited
     let order = Postorder::new(root);
     let scope = Scope::build(root, &order, code, inherited, &module_names, relevance(ctx));
     // Built-in modules used as globals (`fs.readFileSync` in `node -e`).
-    for (node, name, at) in &scope.global_uses {
+    for (node, name, at) in &scope.lang.global_uses {
         if !scope.declared_in_scope(name, *at) {
             report_module(ctx, name, lines.of(*node));
         }
@@ -273,37 +271,19 @@ fn module_name(source: &str) -> String {
     source.strip_prefix("node:").unwrap_or(source).to_string()
 }
 
-#[derive(Debug, Clone)]
-enum Binding<'a> {
-    /// An import: a qualified name (`child_process`, `child_process.exec`).
-    Qualified(String),
-    /// `x = <expr>`.
-    Expr(Node<'a>),
-    /// `const {a: {b: x}} = <expr>`: a property path of an expression.
-    Member(Node<'a>, Vec<String>),
-}
-
-struct Scope<'a> {
-    code: &'a str,
-    bindings: HashMap<String, Vec<Binding<'a>>>,
+/// JavaScript's own scope state: function scopes and the names declared in each, for the
+/// built-in modules used as globals.
+struct Javascript<'a> {
     /// Function scopes: the enclosing scope of each (index 0 is the program).
     scope_parents: Vec<usize>,
     /// Declared names by scope index.
     declared: HashMap<usize, HashSet<String>>,
     /// Identifiers named like a built-in module, with their name and scope index.
     global_uses: Vec<(Node<'a>, String, usize)>,
-    inherited: &'a Inherited,
-    /// Expressions bound to names: node id → (name, property path).
-    binding_roots: HashMap<usize, Vec<(String, Vec<String>)>>,
-    /// What each name may refer to.
-    names: HashMap<String, Vec<String>>,
-    /// What each expression may refer to (node id → qualified names).
-    values: HashMap<usize, Vec<String>>,
-    /// Constant string expressions (node id → value).
-    consts: HashMap<usize, Rc<str>>,
-    const_budget: Cell<usize>,
-    relevance: Relevance,
 }
+
+/// The symbol table and what every expression resolves to (see `scope.rs`).
+type Scope<'a> = scope::Scope<'a, Javascript<'a>>;
 
 /// Kinds whose value (what they refer to, or their constant string) is computed.
 const VALUE_KINDS: &[&str] = &[
@@ -332,26 +312,18 @@ impl<'a> Scope<'a> {
         module_names: &HashSet<&str>,
         relevance: Relevance,
     ) -> Scope<'a> {
-        let mut scope = Scope {
-            code,
-            bindings: HashMap::new(),
+        let lang = Javascript {
             scope_parents: vec![0],
             declared: HashMap::new(),
             global_uses: Vec::new(),
-            inherited,
-            binding_roots: HashMap::new(),
-            names: HashMap::new(),
-            values: HashMap::new(),
-            consts: HashMap::new(),
-            const_budget: Cell::new(CONST_BUDGET),
-            relevance,
         };
+        let mut scope = Scope::new(code, inherited, relevance, lang);
         let mut stack = vec![(root, 0usize)];
         let mut cursor = root.walk();
         while let Some((node, at)) = stack.pop() {
             let inner = if FUNCTION_KINDS.contains(&node.kind()) {
-                scope.scope_parents.push(at);
-                scope.scope_parents.len() - 1
+                scope.lang.scope_parents.push(at);
+                scope.lang.scope_parents.len() - 1
             } else {
                 at
             };
@@ -359,83 +331,20 @@ impl<'a> Scope<'a> {
             if matches!(node.kind(), "identifier" | "shorthand_property_identifier") {
                 let name = js_ident(text(node, code));
                 if module_names.contains(name.as_str()) {
-                    scope.global_uses.push((node, name, at));
+                    scope.lang.global_uses.push((node, name, at));
                 }
             }
             stack.extend(node.children(&mut cursor).map(|c| (c, inner)));
         }
-        for (name, bindings) in &scope.bindings {
-            for binding in bindings {
-                let (node, path) = match binding {
-                    Binding::Expr(e) => (e, Vec::new()),
-                    Binding::Member(e, path) => (e, path.clone()),
-                    Binding::Qualified(_) => continue,
-                };
-                let targets = scope.binding_roots.entry(node.id()).or_default();
-                targets.push((name.clone(), path));
-            }
-        }
-        // Resolution is bottom-up, as in python.rs: passes over the expressions in post-order
-        // until nothing changes.
-        let order: Vec<Node<'a>> = order
-            .nodes
-            .iter()
-            .copied()
-            .filter(|n| VALUE_KINDS.contains(&n.kind()))
-            .collect();
-        for _ in 0..MAX_PASSES {
-            if !scope.pass(&order) {
-                break;
-            }
-        }
+        scope.resolve(order);
         scope
-    }
-
-    /// One bottom-up pass; true if anything changed.
-    fn pass(&mut self, order: &[Node<'a>]) -> bool {
-        let mut changed = false;
-        for node in order {
-            let id = node.id();
-            if !self.consts.contains_key(&id) {
-                if let Some(c) = self.eval_const(*node) {
-                    self.consts.insert(id, c);
-                    changed = true;
-                }
-            }
-            let value = self.eval(*node);
-            if value.is_empty() || self.values.get(&id) == Some(&value) {
-                continue;
-            }
-            changed = true;
-            if let Some(targets) = self.binding_roots.get(&id) {
-                for (name, path) in targets.clone() {
-                    let mut merged = self.name_value(&name);
-                    if path.is_empty() {
-                        merged.extend(value.iter().cloned());
-                    } else {
-                        merged.extend(append(value.clone(), &path.join(".")));
-                    }
-                    let merged = self
-                        .relevance
-                        .tidy(merged.into_iter().map(|q| normalize(&q)).collect());
-                    self.names.insert(name, merged);
-                }
-            }
-            self.values.insert(id, value);
-        }
-        changed
-    }
-
-    fn bind(&mut self, name: Node<'a>, binding: Binding<'a>) {
-        let name = js_ident(text(name, self.code));
-        self.bindings.entry(name).or_default().push(binding);
     }
 
     /// Records a declaration of `name` in scope `at` (a function, or the program; blocks are
     /// not scopes here).
     fn declare(&mut self, name: Node<'a>, at: usize) {
         let name = js_ident(text(name, self.code));
-        self.declared.entry(at).or_default().insert(name);
+        self.lang.declared.entry(at).or_default().insert(name);
     }
 
     /// Bindings and declarations of one node; `at` is the scope the node is in, `inner` the
@@ -697,7 +606,8 @@ impl<'a> Scope<'a> {
     /// True if `name` is declared in scope `at`, an enclosing one, or the program.
     fn declared_in_scope(&self, name: &str, at: usize) -> bool {
         let has = |id: usize| {
-            self.declared
+            self.lang
+                .declared
                 .get(&id)
                 .is_some_and(|names| names.contains(name))
         };
@@ -709,7 +619,7 @@ impl<'a> Scope<'a> {
             if current == 0 {
                 return false;
             }
-            current = self.scope_parents.get(current).copied().unwrap_or(0);
+            current = self.lang.scope_parents.get(current).copied().unwrap_or(0);
         }
         has(0)
     }
@@ -734,91 +644,6 @@ impl<'a> Scope<'a> {
             .iter()
             .any(|n| GLOBAL_OBJECTS.contains(&n.as_str()))
             .then_some(property)
-    }
-
-    fn export(&self) -> Inherited {
-        let mut out = self.inherited.clone();
-        for name in self.bindings.keys() {
-            out.insert(name.clone(), self.name_value(name));
-        }
-        out
-    }
-
-    /// What a name may refer to: itself (the global), its imports, what it is bound to here
-    /// or in the enclosing code.
-    fn name_value(&self, name: &str) -> Vec<String> {
-        if let Some(v) = self.names.get(name) {
-            return v.clone();
-        }
-        let mut out = vec![name.to_string()];
-        out.extend(self.inherited.get(name).into_iter().flatten().cloned());
-        for binding in self.bindings.get(name).into_iter().flatten() {
-            if let Binding::Qualified(q) = binding {
-                out.push(q.clone());
-            }
-        }
-        self.relevance
-            .tidy(out.into_iter().map(|q| normalize(&q)).collect())
-    }
-
-    /// The qualified names an expression may refer to (empty: unknown).
-    fn value(&self, node: Node<'a>) -> Vec<String> {
-        self.values.get(&node.id()).cloned().unwrap_or_default()
-    }
-
-    fn child_value(&self, node: Node<'a>, field: &str) -> Vec<String> {
-        node.child_by_field_name(field)
-            .map(|n| self.value(n))
-            .unwrap_or_default()
-    }
-
-    /// An expression's value from its children's and the names' current values.
-    fn eval(&self, node: Node<'a>) -> Vec<String> {
-        let out = match node.kind() {
-            "identifier" => return self.name_value(&js_ident(text(node, self.code))),
-            "member_expression" => match node.child_by_field_name("property") {
-                Some(p) if p.kind() == "property_identifier" => append(
-                    self.child_value(node, "object"),
-                    &js_ident(text(p, self.code)),
-                ),
-                _ => Vec::new(),
-            },
-            "subscript_expression" => match node
-                .child_by_field_name("index")
-                .and_then(|i| self.const_str(i))
-            {
-                Some(key) => append(self.child_value(node, "object"), &key),
-                None => Vec::new(),
-            },
-            "parenthesized_expression" | "sequence_expression" => named_children(node)
-                .last()
-                .map(|n| self.value(*n))
-                .unwrap_or_default(),
-            "await_expression" => named_children(node)
-                .first()
-                .map(|n| self.value(*n))
-                .unwrap_or_default(),
-            "ternary_expression" => {
-                let mut out = self.child_value(node, "consequence");
-                out.extend(self.child_value(node, "alternative"));
-                out
-            }
-            "binary_expression" => {
-                let op = node.child_by_field_name("operator").map(|o| o.kind());
-                if matches!(op, Some("||" | "&&" | "??")) {
-                    let mut out = self.child_value(node, "left");
-                    out.extend(self.child_value(node, "right"));
-                    out
-                } else {
-                    Vec::new()
-                }
-            }
-            "assignment_expression" => self.child_value(node, "right"),
-            "call_expression" => self.eval_call(node),
-            _ => Vec::new(),
-        };
-        self.relevance
-            .tidy(out.into_iter().map(|q| normalize(&q)).collect())
     }
 
     /// What a call evaluates to, when it is a module load or returns a known function.
@@ -868,50 +693,101 @@ impl<'a> Scope<'a> {
         }
         out
     }
+}
 
-    /// The value of a constant string expression: quotes, backticks without substitutions,
-    /// `+` concatenation, a name bound once to a constant.
-    fn const_str(&self, node: Node<'a>) -> Option<Rc<str>> {
-        if node.kind() == "identifier" {
-            return self.name_const(&js_ident(text(node, self.code)));
-        }
-        self.consts.get(&node.id()).cloned()
+impl<'a> Resolve<'a> for Scope<'a> {
+    const VALUE_KINDS: &'static [&'static str] = VALUE_KINDS;
+
+    fn ident(name: &str) -> String {
+        js_ident(name)
     }
 
-    /// The constant a name is bound to, when it is bound exactly once (through at most
-    /// `MAX_NAME_HOPS` names bound to names).
-    fn name_const(&self, name: &str) -> Option<Rc<str>> {
-        let mut name = name.to_string();
-        for _ in 0..MAX_NAME_HOPS {
-            let Some([Binding::Expr(e)]) = self.bindings.get(&name).map(Vec::as_slice) else {
-                return None;
-            };
-            if e.kind() != "identifier" {
-                return self.consts.get(&e.id()).cloned();
+    /// Canonical spelling of a qualified name (see the module doc).
+    fn normalize(name: &str) -> String {
+        const REQUIRE_ALIASES: &[&str] = &[
+            "module.require",
+            "process.mainModule.require",
+            "require.main.require",
+            "module.constructor._load",
+            "module.Module._load",
+            "module._load",
+            "__sandpit_driver__.import",
+        ];
+        let mut s = name;
+        'strip: loop {
+            for g in GLOBAL_OBJECTS {
+                if let Some(rest) = s.strip_prefix(g).and_then(|r| r.strip_prefix('.')) {
+                    s = rest;
+                    continue 'strip;
+                }
             }
-            name = js_ident(text(*e, self.code));
+            break;
         }
-        None
+        for alias in REQUIRE_ALIASES {
+            if let Some(rest) = s.strip_prefix(alias) {
+                if rest.is_empty() || rest.starts_with('.') {
+                    return format!("require{rest}");
+                }
+            }
+        }
+        s.to_string()
     }
 
-    /// A constant string from the children's constants (`None`: not constant).
+    /// An expression's value from its children's and the names' current values.
+    fn eval(&self, node: Node<'a>) -> Vec<String> {
+        let out = match node.kind() {
+            "identifier" => return self.name_value(&js_ident(text(node, self.code))),
+            "member_expression" => match node.child_by_field_name("property") {
+                Some(p) if p.kind() == "property_identifier" => append(
+                    self.child_value(node, "object"),
+                    &js_ident(text(p, self.code)),
+                ),
+                _ => Vec::new(),
+            },
+            "subscript_expression" => match node
+                .child_by_field_name("index")
+                .and_then(|i| self.const_str(i))
+            {
+                Some(key) => append(self.child_value(node, "object"), &key),
+                None => Vec::new(),
+            },
+            "parenthesized_expression" | "sequence_expression" => named_children(node)
+                .last()
+                .map(|n| self.value(*n))
+                .unwrap_or_default(),
+            "await_expression" => named_children(node)
+                .first()
+                .map(|n| self.value(*n))
+                .unwrap_or_default(),
+            "ternary_expression" => {
+                let mut out = self.child_value(node, "consequence");
+                out.extend(self.child_value(node, "alternative"));
+                out
+            }
+            "binary_expression" => {
+                let op = node.child_by_field_name("operator").map(|o| o.kind());
+                if matches!(op, Some("||" | "&&" | "??")) {
+                    let mut out = self.child_value(node, "left");
+                    out.extend(self.child_value(node, "right"));
+                    out
+                } else {
+                    Vec::new()
+                }
+            }
+            "assignment_expression" => self.child_value(node, "right"),
+            "call_expression" => self.eval_call(node),
+            _ => Vec::new(),
+        };
+        self.canonical(out)
+    }
+
+    /// A constant string from the children's constants (`None`: not constant): quotes,
+    /// backticks without substitutions, `+` concatenation (a name bound once to a constant is
+    /// [`const_str`](scope::Scope::const_str)'s).
     fn eval_const(&self, node: Node<'a>) -> Option<Rc<str>> {
         match node.kind() {
             "string" | "template_string" => string_value(node, self.code).map(Rc::from),
-            "binary_expression" => {
-                if node.child_by_field_name("operator").map(|o| o.kind()) != Some("+") {
-                    return None;
-                }
-                let left = self.const_str(node.child_by_field_name("left")?)?;
-                let right = self.const_str(node.child_by_field_name("right")?)?;
-                let budget = self.const_budget.get();
-                let len = left.len() + right.len();
-                if len > budget {
-                    return None;
-                }
-                self.const_budget.set(budget - len);
-                Some(Rc::from(format!("{left}{right}")))
-            }
+            "binary_expression" => self.const_sum(node),
             "parenthesized_expression" => self.const_str(*named_children(node).last()?),
             _ => None,
         }
@@ -922,37 +798,6 @@ fn extend(path: &[String], key: String) -> Vec<String> {
     let mut p = path.to_vec();
     p.push(key);
     p
-}
-
-/// Canonical spelling of a qualified name (see the module doc).
-fn normalize(name: &str) -> String {
-    const REQUIRE_ALIASES: &[&str] = &[
-        "module.require",
-        "process.mainModule.require",
-        "require.main.require",
-        "module.constructor._load",
-        "module.Module._load",
-        "module._load",
-        "__sandpit_driver__.import",
-    ];
-    let mut s = name;
-    'strip: loop {
-        for g in GLOBAL_OBJECTS {
-            if let Some(rest) = s.strip_prefix(g).and_then(|r| r.strip_prefix('.')) {
-                s = rest;
-                continue 'strip;
-            }
-        }
-        break;
-    }
-    for alias in REQUIRE_ALIASES {
-        if let Some(rest) = s.strip_prefix(alias) {
-            if rest.is_empty() || rest.starts_with('.') {
-                return format!("require{rest}");
-            }
-        }
-    }
-    s.to_string()
 }
 
 /// The value of a string or template literal without substitutions.

@@ -13,10 +13,12 @@
 //! - [`validate_package_name`] checks a package name before it reaches pip or npm.
 
 mod bash;
+mod glob;
 mod javascript;
 mod packages;
 mod python;
 mod rules;
+mod scope;
 mod syntax;
 #[cfg(test)]
 mod tests;

@@ -21,16 +21,17 @@
 //! therefore never hides what it means unbound; `exec = print; exec(input())` is a false
 //! positive this accepts.
 //!
-//! Resolution is bottom-up and iterative (see `Scope`), and only names that can still lead
-//! to a rule match are kept ([`Relevance`]), so the cost is linear in the code and nothing
-//! recurses over the tree.
+//! Resolution is bottom-up and iterative (see `scope.rs`, shared with JavaScript), and only
+//! names that can still lead to a rule match are kept ([`Relevance`]), so the cost is linear
+//! in the code and nothing recurses over the tree.
 
-use super::rules::{any_glob, ArgSpec, Matcher, PythonMatcher};
+use super::glob::any_glob;
+use super::rules::{ArgSpec, Matcher, PythonMatcher};
+use super::scope::{self, Binding, Inherited, Resolve};
 use super::syntax::{
-    self, append, hex_char, named_children, text, Ctx, Lines, Postorder, Relevance, CONST_BUDGET,
-    MAX_NAME_HOPS, MAX_NESTING, MAX_PASSES,
+    self, append, hex_char, named_children, text, Ctx, Lines, Postorder, Relevance, MAX_NAME_HOPS,
+    MAX_NESTING,
 };
-use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 use tree_sitter::Node;
@@ -69,9 +70,6 @@ fn relevance(ctx: &Ctx) -> Relevance {
     });
     Relevance::new(patterns, SPECIAL_NAMES, &[])
 }
-
-/// Names bound in an enclosing piece of code (for code re-parsed from `exec("...")`).
-type Inherited = HashMap<String, Vec<String>>;
 
 pub(crate) fn analyze(ctx: &mut Ctx, code: &str) {
     analyze_nested(ctx, code, Lines::Offset(0), &Inherited::new(), 0);
@@ -325,14 +323,6 @@ impl<'a> Args<'a> {
     }
 }
 
-#[derive(Debug, Clone)]
-enum Binding<'a> {
-    /// `import os as o`: a qualified name.
-    Qualified(String),
-    /// `x = <expr>`.
-    Expr(Node<'a>),
-}
-
 /// Kinds whose value (what they refer to, or their constant string) is computed.
 const VALUE_KINDS: &[&str] = &[
     "identifier",
@@ -348,29 +338,11 @@ const VALUE_KINDS: &[&str] = &[
     "binary_operator",
 ];
 
-/// The symbol table and what every expression resolves to.
-///
-/// Resolution is bottom-up: a post-order pass computes each expression from its children
-/// (already computed) and the current values of the names it uses; a name's value grows as
-/// its bindings' values are computed. Passes repeat until nothing changes (at most
-/// `MAX_PASSES`), so nothing recurses over the tree and every pass is linear.
-struct Scope<'a> {
-    code: &'a str,
-    bindings: HashMap<String, Vec<Binding<'a>>>,
-    /// Expressions bound to names: node id → the names.
-    binding_roots: HashMap<usize, Vec<String>>,
-    /// Modules of `from M import *`.
-    stars: Vec<String>,
-    inherited: &'a Inherited,
-    /// What each name may refer to.
-    names: HashMap<String, Vec<String>>,
-    /// What each expression may refer to (node id → qualified names).
-    values: HashMap<usize, Vec<String>>,
-    /// Constant string expressions (node id → value).
-    consts: HashMap<usize, Rc<str>>,
-    const_budget: Cell<usize>,
-    relevance: Relevance,
-}
+/// Python has no scope state of its own (one flow-insensitive scope for the whole file).
+struct Python;
+
+/// The symbol table and what every expression resolves to (see `scope.rs`).
+type Scope<'a> = scope::Scope<'a, Python>;
 
 impl<'a> Scope<'a> {
     fn build(
@@ -379,77 +351,12 @@ impl<'a> Scope<'a> {
         inherited: &'a Inherited,
         relevance: Relevance,
     ) -> Scope<'a> {
-        let mut scope = Scope {
-            code,
-            bindings: HashMap::new(),
-            binding_roots: HashMap::new(),
-            stars: Vec::new(),
-            inherited,
-            names: HashMap::new(),
-            values: HashMap::new(),
-            consts: HashMap::new(),
-            const_budget: Cell::new(CONST_BUDGET),
-            relevance,
-        };
+        let mut scope = Scope::new(code, inherited, relevance, Python);
         for node in &order.nodes {
             scope.collect(*node);
         }
-        let order: Vec<Node<'a>> = order
-            .nodes
-            .iter()
-            .copied()
-            .filter(|n| VALUE_KINDS.contains(&n.kind()))
-            .collect();
-        for (name, bindings) in &scope.bindings {
-            for binding in bindings {
-                if let Binding::Expr(e) = binding {
-                    scope
-                        .binding_roots
-                        .entry(e.id())
-                        .or_default()
-                        .push(name.clone());
-                }
-            }
-        }
-        for _ in 0..MAX_PASSES {
-            if !scope.pass(&order) {
-                break;
-            }
-        }
+        scope.resolve(order);
         scope
-    }
-
-    /// One bottom-up pass; true if anything changed.
-    fn pass(&mut self, order: &[Node<'a>]) -> bool {
-        let mut changed = false;
-        for node in order {
-            let id = node.id();
-            if !self.consts.contains_key(&id) {
-                if let Some(c) = self.eval_const(*node) {
-                    self.consts.insert(id, c);
-                    changed = true;
-                }
-            }
-            let value = self.eval(*node);
-            if value.is_empty() || self.values.get(&id) == Some(&value) {
-                continue;
-            }
-            changed = true;
-            if let Some(targets) = self.binding_roots.get(&id) {
-                for name in targets.clone() {
-                    let mut merged = self.name_value(&name);
-                    merged.extend(value.iter().cloned());
-                    self.names.insert(name, self.relevance.tidy(merged));
-                }
-            }
-            self.values.insert(id, value);
-        }
-        changed
-    }
-
-    fn bind(&mut self, name: Node<'a>, binding: Binding<'a>) {
-        let name = py_ident(text(name, self.code));
-        self.bindings.entry(name).or_default().push(binding);
     }
 
     fn collect(&mut self, node: Node<'a>) {
@@ -563,42 +470,75 @@ impl<'a> Scope<'a> {
         }
     }
 
-    /// What the bound names resolve to, for code re-parsed from a string of this code.
-    fn export(&self) -> Inherited {
-        let mut out = self.inherited.clone();
-        for name in self.bindings.keys() {
-            out.insert(name.clone(), self.name_value(name));
+    fn eval_call(&self, call: Node<'a>) -> Vec<String> {
+        let args = Args::of(call, self.code);
+        let arg_str = |i: usize, kw: &str| {
+            args.keyword(kw)
+                .or_else(|| args.positional(i))
+                .and_then(|a| self.const_str(a))
+        };
+        let mut out = Vec::new();
+        for callee in self.child_value(call, "function") {
+            match callee.as_str() {
+                "getattr" => {
+                    if let (Some(object), Some(name)) = (args.positional(0), args.positional(1)) {
+                        if let Some(name) = self.const_str(name) {
+                            out.extend(append(self.value(object), &name));
+                        }
+                    }
+                }
+                "__import__" => {
+                    if let Some(module) = arg_str(0, "name") {
+                        out.extend(module.split('.').next().map(str::to_string));
+                    }
+                }
+                "importlib.import_module" => out.extend(arg_str(0, "name").map(|m| m.to_string())),
+                "vars" | "functools.partial" => {
+                    if let Some(object) = args.positional(0) {
+                        out.extend(self.value(object));
+                    }
+                }
+                _ => {}
+            }
         }
         out
     }
+}
 
-    /// What a name may refer to: itself, `M.name` after `from M import *`, what it is bound
-    /// to here or in the enclosing code.
-    fn name_value(&self, name: &str) -> Vec<String> {
-        if let Some(v) = self.names.get(name) {
-            return v.clone();
-        }
-        let mut out = vec![name.to_string()];
-        out.extend(self.stars.iter().map(|m| format!("{m}.{name}")));
-        out.extend(self.inherited.get(name).into_iter().flatten().cloned());
-        for binding in self.bindings.get(name).into_iter().flatten() {
-            if let Binding::Qualified(q) = binding {
-                out.push(q.clone());
+impl<'a> Resolve<'a> for Scope<'a> {
+    const VALUE_KINDS: &'static [&'static str] = VALUE_KINDS;
+
+    fn ident(name: &str) -> String {
+        py_ident(name)
+    }
+
+    /// Canonical spelling of a qualified name (see the module doc).
+    fn normalize(name: &str) -> String {
+        let mut parts: Vec<&str> = name.split('.').filter(|p| *p != "__dict__").collect();
+        loop {
+            match parts.as_slice() {
+                ["builtins" | "__builtins__" | "__builtin__", _, ..] => {
+                    parts.remove(0);
+                }
+                ["sys", "modules", _, ..] => {
+                    parts.drain(..2);
+                }
+                [.., _, "__call__"] => {
+                    parts.pop();
+                }
+                _ => break,
             }
         }
-        self.relevance
-            .tidy(out.into_iter().map(|q| normalize(&q)).collect())
-    }
-
-    /// The qualified names an expression may refer to (empty: unknown).
-    fn value(&self, node: Node<'a>) -> Vec<String> {
-        self.values.get(&node.id()).cloned().unwrap_or_default()
-    }
-
-    fn child_value(&self, node: Node<'a>, field: &str) -> Vec<String> {
-        node.child_by_field_name(field)
-            .map(|n| self.value(n))
-            .unwrap_or_default()
+        if let Some(first) = parts.first_mut() {
+            if matches!(*first, "posix" | "nt") {
+                *first = "os";
+            }
+        }
+        let joined = parts.join(".");
+        match joined.as_str() {
+            "importlib.__import__" => "__import__".to_string(),
+            _ => joined,
+        }
     }
 
     /// An expression's value from its children's and the names' current values.
@@ -638,80 +578,13 @@ impl<'a> Scope<'a> {
             "named_expression" => self.child_value(node, "value"),
             _ => Vec::new(),
         };
-        self.relevance
-            .tidy(out.into_iter().map(|q| normalize(&q)).collect())
+        self.canonical(out)
     }
 
-    fn eval_call(&self, call: Node<'a>) -> Vec<String> {
-        let args = Args::of(call, self.code);
-        let arg_str = |i: usize, kw: &str| {
-            args.keyword(kw)
-                .or_else(|| args.positional(i))
-                .and_then(|a| self.const_str(a))
-        };
-        let mut out = Vec::new();
-        for callee in self.child_value(call, "function") {
-            match callee.as_str() {
-                "getattr" => {
-                    if let (Some(object), Some(name)) = (args.positional(0), args.positional(1)) {
-                        if let Some(name) = self.const_str(name) {
-                            out.extend(append(self.value(object), &name));
-                        }
-                    }
-                }
-                "__import__" => {
-                    if let Some(module) = arg_str(0, "name") {
-                        out.extend(module.split('.').next().map(str::to_string));
-                    }
-                }
-                "importlib.import_module" => out.extend(arg_str(0, "name").map(|m| m.to_string())),
-                "vars" | "functools.partial" => {
-                    if let Some(object) = args.positional(0) {
-                        out.extend(self.value(object));
-                    }
-                }
-                _ => {}
-            }
-        }
-        out
-    }
-
-    /// The value of a constant string expression: literals (not f-strings with
-    /// interpolations), implicit and `+` concatenation, a name bound once to a constant.
-    fn const_str(&self, node: Node<'a>) -> Option<Rc<str>> {
-        if node.kind() == "identifier" {
-            return self.name_const(&py_ident(text(node, self.code)));
-        }
-        self.consts.get(&node.id()).cloned()
-    }
-
-    /// The constant a name is bound to, when it is bound exactly once (through at most
-    /// `MAX_NAME_HOPS` names bound to names).
-    fn name_const(&self, name: &str) -> Option<Rc<str>> {
-        let mut name = name.to_string();
-        for _ in 0..MAX_NAME_HOPS {
-            let Some([Binding::Expr(e)]) = self.bindings.get(&name).map(Vec::as_slice) else {
-                return None;
-            };
-            if e.kind() != "identifier" {
-                return self.consts.get(&e.id()).cloned();
-            }
-            name = py_ident(text(*e, self.code));
-        }
-        None
-    }
-
-    /// A constant string from the children's constants (`None`: not constant).
+    /// A constant string from the children's constants (`None`: not constant): literals (not
+    /// f-strings with interpolations), implicit and `+` concatenation (a name bound once to a
+    /// constant is [`const_str`](scope::Scope::const_str)'s).
     fn eval_const(&self, node: Node<'a>) -> Option<Rc<str>> {
-        let joined = |parts: Vec<Rc<str>>| {
-            let len: usize = parts.iter().map(|p| p.len()).sum();
-            let left = self.const_budget.get();
-            if len > left {
-                return None;
-            }
-            self.const_budget.set(left - len);
-            Some(Rc::from(parts.concat()))
-        };
         match node.kind() {
             "string" => string_value(node, self.code).map(Rc::from),
             "concatenated_string" => {
@@ -719,16 +592,9 @@ impl<'a> Scope<'a> {
                     .into_iter()
                     .map(|p| self.const_str(p))
                     .collect();
-                joined(parts?)
+                self.concat(&parts?)
             }
-            "binary_operator" => {
-                if node.child_by_field_name("operator").map(|o| o.kind()) != Some("+") {
-                    return None;
-                }
-                let left = self.const_str(node.child_by_field_name("left")?)?;
-                let right = self.const_str(node.child_by_field_name("right")?)?;
-                joined(vec![left, right])
-            }
+            "binary_operator" => self.const_sum(node),
             "parenthesized_expression" => self.const_str(*named_children(node).first()?),
             _ => None,
         }
@@ -745,35 +611,6 @@ fn dotted(node: Node, code: &str) -> String {
         py_ident(text(node, code))
     } else {
         parts.join(".")
-    }
-}
-
-/// Canonical spelling of a qualified name (see the module doc).
-fn normalize(name: &str) -> String {
-    let mut parts: Vec<&str> = name.split('.').filter(|p| *p != "__dict__").collect();
-    loop {
-        match parts.as_slice() {
-            ["builtins" | "__builtins__" | "__builtin__", _, ..] => {
-                parts.remove(0);
-            }
-            ["sys", "modules", _, ..] => {
-                parts.drain(..2);
-            }
-            [.., _, "__call__"] => {
-                parts.pop();
-            }
-            _ => break,
-        }
-    }
-    if let Some(first) = parts.first_mut() {
-        if matches!(*first, "posix" | "nt") {
-            *first = "os";
-        }
-    }
-    let joined = parts.join(".");
-    match joined.as_str() {
-        "importlib.__import__" => "__import__".to_string(),
-        _ => joined,
     }
 }
 

@@ -3,9 +3,10 @@
 //! A file is a list of `[[rule]]` tables. Every rule has `id`, `action` (block|warn),
 //! `message` (`{name}` is replaced by what matched, e.g. `subprocess.run`), `examples.match`
 //! and `examples.no_match`, and the matcher fields of its language (see the `*RuleDef`
-//! structs; unknown fields are an error, so a typo cannot silently disable a rule).
+//! structs; unknown fields are an error, so a typo cannot silently disable a rule). Names
+//! and paths are matched with [`Glob`]s.
 
-use super::syntax::glob_match;
+use super::glob::{any_glob, Glob};
 use super::{Action, AnalyzerError};
 use crate::types::Language;
 use serde::{Deserialize, Serialize};
@@ -31,22 +32,6 @@ pub struct Examples {
     #[serde(rename = "match")]
     pub matches: Vec<String>,
     pub no_match: Vec<String>,
-}
-
-/// A glob over names or paths: `*` matches any run of characters.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(transparent)]
-pub(crate) struct Glob(pub(crate) String);
-
-impl Glob {
-    pub(crate) fn matches(&self, text: &str) -> bool {
-        glob_match(&self.0, text)
-    }
-}
-
-/// True if any glob matches.
-pub(crate) fn any_glob(globs: &[Glob], text: &str) -> bool {
-    globs.iter().any(|g| g.matches(text))
 }
 
 #[derive(Debug, Clone)]

@@ -1,12 +1,16 @@
 //! Shared syntax-tree plumbing: parsing, an iterative post-order list of the nodes (no
 //! recursion, so deeply nested input cannot overflow the stack) with linear "something below
-//! matches" queries, node text, line numbers, globs, the names worth tracking and the
-//! finding collector.
+//! matches" queries, node text, line numbers, the names worth tracking and the finding
+//! collector.
 
 use super::rules::Rule;
 use super::Finding;
 use std::collections::{HashMap, HashSet};
 use tree_sitter::{Language, Node, Parser, Tree};
+
+// The analyzer's tests name the glob matcher by its former place.
+#[cfg(test)]
+pub(crate) use super::glob::glob_match;
 
 /// How many alias hops (a name bound to a name bound to ...) are followed where the
 /// resolution is on demand (constant strings, shell variables).
@@ -240,49 +244,6 @@ impl<'r> Ctx<'r> {
         findings.sort_by_key(|(rule, f)| (f.line, *rule));
         findings.into_iter().map(|(_, f)| f).collect()
     }
-}
-
-/// Simple glob matching: `*` matches any run of characters (including `.` and `/`), `\x`
-/// matches `x` literally (`/\*` is the two characters `/*`), every other character matches
-/// itself.
-pub(crate) fn glob_match(pattern: &str, text: &str) -> bool {
-    // (literal byte, is_star)
-    let mut tokens: Vec<(u8, bool)> = Vec::with_capacity(pattern.len());
-    let mut bytes = pattern.bytes();
-    while let Some(b) = bytes.next() {
-        match b {
-            b'*' => tokens.push((b'*', true)),
-            b'\\' => tokens.push((bytes.next().unwrap_or(b'\\'), false)),
-            _ => tokens.push((b, false)),
-        }
-    }
-    let s = text.as_bytes();
-    let (mut pi, mut si) = (0usize, 0usize);
-    let mut star: Option<(usize, usize)> = None;
-    while si < s.len() {
-        match (tokens.get(pi), s.get(si)) {
-            (Some((_, true)), _) => {
-                star = Some((pi, si));
-                pi += 1;
-            }
-            (Some((a, false)), Some(b)) if a == b => {
-                pi += 1;
-                si += 1;
-            }
-            _ => match star {
-                Some((sp, ss)) => {
-                    pi = sp + 1;
-                    si = ss + 1;
-                    star = Some((sp, ss + 1));
-                }
-                None => return false,
-            },
-        }
-    }
-    while tokens.get(pi).is_some_and(|t| t.1) {
-        pi += 1;
-    }
-    pi == tokens.len()
 }
 
 /// Which qualified names are worth tracking: those that are, or may still become (by

@@ -1,0 +1,149 @@
+//! Who may talk to the server: every request passes the Host/Origin check (against DNS
+//! rebinding) and, when a token is set, the bearer-token check (all routes but `/healthz`),
+//! in the [`guard`] middleware, which also logs one line per request.
+
+use super::errors::ApiError;
+use super::AppState;
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use std::time::Instant;
+
+/// Compares two byte strings in time independent of where they differ.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = u8::from(a.len() != b.len());
+    for i in 0..a.len().max(b.len()) {
+        let x = a.get(i).copied().unwrap_or(0);
+        let y = b.get(i).copied().unwrap_or(0);
+        diff |= x ^ y;
+    }
+    diff == 0
+}
+
+impl AppState {
+    fn host_ok(&self, host: &str) -> bool {
+        let host = host.trim().to_ascii_lowercase();
+        if self.unix {
+            // curl --unix-socket and most clients send `localhost`; any port is fine here.
+            let name = strip_port(&host);
+            return self.hosts.iter().any(|h| h == name);
+        }
+        self.hosts.contains(&host)
+    }
+
+    fn check_host_origin(&self, headers: &HeaderMap) -> Result<(), ApiError> {
+        let forbidden = |what: &str| {
+            ApiError::new(
+                StatusCode::FORBIDDEN,
+                "FORBIDDEN",
+                format!(
+                    "{what} is not one this server answers to (protection against DNS rebinding); \
+                     use http://localhost:PORT or the address the server listens on"
+                ),
+            )
+        };
+        match headers.get(header::HOST).map(|h| h.to_str()) {
+            Some(Ok(h)) if self.host_ok(h) => {}
+            None if self.unix => {}
+            Some(Ok(h)) => return Err(forbidden(&format!("Host {h:?}"))),
+            _ => return Err(forbidden("the request's Host")),
+        }
+        if let Some(origin) = headers.get(header::ORIGIN) {
+            let ok = origin
+                .to_str()
+                .ok()
+                .and_then(|o| o.strip_prefix("http://"))
+                .is_some_and(|h| self.host_ok(h));
+            if !ok {
+                let o = String::from_utf8_lossy(origin.as_bytes()).into_owned();
+                return Err(forbidden(&format!("Origin {o:?}")));
+            }
+        }
+        Ok(())
+    }
+
+    fn check_token(&self, headers: &HeaderMap) -> Result<(), ApiError> {
+        let Some(token) = &self.token else {
+            return Ok(());
+        };
+        let given = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                v.strip_prefix("Bearer ")
+                    .or_else(|| v.strip_prefix("bearer "))
+            })
+            .map(str::trim);
+        match given {
+            Some(g) if constant_time_eq(g.as_bytes(), token.as_bytes()) => Ok(()),
+            _ => Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "UNAUTHORIZED",
+                "a valid bearer token is required: send `Authorization: Bearer <token>` \
+                 (the token the server was started with, --token or SANDPIT_TOKEN)",
+            )),
+        }
+    }
+}
+
+/// `host:port`, `[v6]:port` or a bare name → the host part.
+pub(super) fn strip_port(host: &str) -> &str {
+    if let Some(rest) = host.strip_prefix('[') {
+        // [v6]:port
+        return match rest.find(']') {
+            Some(i) => &host[..i + 2],
+            None => host,
+        };
+    }
+    match host.rsplit_once(':') {
+        Some((h, p)) if p.chars().all(|c| c.is_ascii_digit()) => h,
+        _ => host,
+    }
+}
+
+/// Host/Origin check, then the bearer token (except for `/healthz`), then one log line.
+pub(super) async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let start = Instant::now();
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let checked = state.check_host_origin(req.headers()).and_then(|()| {
+        if path == "/healthz" {
+            Ok(())
+        } else {
+            state.check_token(req.headers())
+        }
+    });
+    let response = match checked {
+        Ok(()) => next.run(req).await,
+        Err(e) => e.into_response(),
+    };
+    tracing::info!(
+        %method,
+        %path,
+        status = response.status().as_u16(),
+        ms = start.elapsed().as_millis() as u64,
+        "http request"
+    );
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constant_time_eq_works() {
+        assert!(constant_time_eq(b"secret", b"secret"));
+        assert!(!constant_time_eq(b"secret", b"secreT"));
+        assert!(!constant_time_eq(b"secret", b"secret2"));
+        assert!(!constant_time_eq(b"", b"x"));
+    }
+
+    #[test]
+    fn strip_port_handles_v4_v6_and_names() {
+        assert_eq!(strip_port("127.0.0.1:80"), "127.0.0.1");
+        assert_eq!(strip_port("[::1]:8080"), "[::1]");
+        assert_eq!(strip_port("localhost"), "localhost");
+    }
+}

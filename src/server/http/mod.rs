@@ -1,0 +1,227 @@
+//! `sandpit serve`: the HTTP API (`interface.md` §5).
+//!
+//! Routes: `POST /v1/execute` (JSON, or a server-sent event stream with
+//! `Accept: text/event-stream`), `GET /v1/sessions`, `DELETE /v1/sessions/{id}`, `GET /healthz`,
+//! `GET /metrics` (Prometheus text), `GET /openapi.json`. Every error is JSON
+//! `{error: {code, message}}`. Every request passes the Host/Origin check (against DNS
+//! rebinding) and, when a token is set, the bearer-token check (all routes but `/healthz`).
+//!
+//! - `routes`: the handlers and the router;
+//! - `sse`: an execution streamed as server-sent events;
+//! - `auth`: the Host/Origin and bearer-token checks;
+//! - `errors`: the JSON error type and the status of each error code;
+//! - `openapi`: the OpenAPI document;
+//! - this module: the listeners (TCP, Unix socket) and graceful shutdown.
+//!
+//! The metrics themselves are `server::metrics`.
+
+mod auth;
+mod errors;
+mod openapi;
+mod routes;
+mod sse;
+
+pub use errors::{ErrorBody, ErrorDetail};
+pub use routes::{ApprovalList, Health, Killed, Resolved, SessionList};
+
+use crate::error::Error;
+use crate::pipeline::approval::PendingApprovals;
+use crate::server::metrics::Metrics;
+use crate::session::manager::SessionManager;
+use auth::strip_port;
+use axum::Router;
+use routes::router;
+use std::future::IntoFuture as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Where the server listens.
+#[derive(Debug, Clone)]
+pub enum Listen {
+    Tcp(String),
+    Unix(std::path::PathBuf),
+}
+
+/// Request bodies larger than this are refused with 413.
+pub const BODY_LIMIT: usize = 10 * 1024 * 1024;
+
+/// How long a graceful shutdown waits for in-flight requests before giving up on them.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// What every handler shares: the sessions, the guard's settings, the metrics and the
+/// pending approvals.
+#[derive(Clone)]
+struct AppState {
+    manager: Arc<SessionManager>,
+    token: Option<Arc<str>>,
+    /// Accepted `Host` values (lowercase, `host:port`), or for a Unix socket bare host names.
+    hosts: Arc<Vec<String>>,
+    unix: bool,
+    metrics: Arc<Metrics>,
+    /// Executions waiting for an operator's decision (`approval.mode` `auto` or `ask`).
+    approvals: Arc<PendingApprovals>,
+}
+
+async fn shutdown_signal() -> crate::Result<()> {
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .map_err(|e| Error::io("installing the SIGTERM handler", e))?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r.map_err(|e| Error::io("waiting for SIGINT", e))?,
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    tokio::signal::ctrl_c()
+        .await
+        .map_err(|e| Error::io("waiting for Ctrl-C", e))?;
+    Ok(())
+}
+
+/// Runs `app` on `listener` until a signal, then shuts down gracefully (bounded wait).
+async fn run<L>(listener: L, app: Router) -> crate::Result<()>
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let stop2 = stop.clone();
+    let server = axum::serve(listener, app)
+        .with_graceful_shutdown(async move { stop2.notified().await })
+        .into_future();
+    tokio::pin!(server);
+    tokio::select! {
+        r = &mut server => r.map_err(|e| Error::io("serving HTTP", e)),
+        s = shutdown_signal() => {
+            s?;
+            tracing::info!("shutting down the HTTP server");
+            stop.notify_one();
+            match tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await {
+                Ok(r) => r.map_err(|e| Error::io("serving HTTP", e)),
+                Err(_) => {
+                    tracing::warn!("in-flight requests did not finish in time; stopping anyway");
+                    Ok(())
+                }
+            }
+        }
+    }
+}
+
+fn loopback_hosts(port: Option<u16>) -> Vec<String> {
+    ["localhost", "127.0.0.1", "[::1]"]
+        .iter()
+        .map(|h| match port {
+            Some(p) => format!("{h}:{p}"),
+            None => (*h).to_string(),
+        })
+        .collect()
+}
+
+/// Serves the HTTP API until SIGINT/SIGTERM, then returns (the caller tears down the sessions).
+pub async fn serve(
+    manager: Arc<SessionManager>,
+    listen: Listen,
+    token: Option<String>,
+) -> crate::Result<()> {
+    let token: Option<Arc<str>> = token.filter(|t| !t.trim().is_empty()).map(Into::into);
+    let metrics = Arc::new(Metrics::default());
+    match listen {
+        Listen::Tcp(addr) => {
+            let listener = tokio::net::TcpListener::bind(&addr)
+                .await
+                .map_err(|e| Error::io(format!("listening on {addr}"), e))?;
+            let local: SocketAddr = listener
+                .local_addr()
+                .map_err(|e| Error::io(format!("listening on {addr}"), e))?;
+            if !local.ip().is_loopback() && token.is_none() {
+                return Err(Error::Config(format!(
+                    "refusing to listen on {addr} (not loopback) without a bearer token: \
+                     pass --token TOKEN or set SANDPIT_TOKEN, or listen on 127.0.0.1"
+                )));
+            }
+            let port = local.port();
+            let mut hosts = loopback_hosts(Some(port));
+            let listen_host = strip_port(&addr).to_ascii_lowercase();
+            for h in [listen_host, local.ip().to_string()] {
+                let h = if h.contains(':') && !h.starts_with('[') {
+                    format!("[{h}]")
+                } else {
+                    h
+                };
+                if !h.is_empty() {
+                    hosts.push(format!("{h}:{port}"));
+                }
+            }
+            if port == 80 {
+                hosts.extend(hosts.clone().iter().map(|h| strip_port(h).to_string()));
+            }
+            hosts.sort();
+            hosts.dedup();
+            let state = AppState {
+                manager,
+                token,
+                hosts: Arc::new(hosts),
+                unix: false,
+                metrics,
+                approvals: Arc::new(PendingApprovals::new()),
+            };
+            eprintln!("sandpit: listening on http://{local}");
+            run(listener, router(state)).await
+        }
+        Listen::Unix(path) => serve_unix(manager, path, token, metrics).await,
+    }
+}
+
+#[cfg(unix)]
+async fn serve_unix(
+    manager: Arc<SessionManager>,
+    path: PathBuf,
+    token: Option<Arc<str>>,
+    metrics: Arc<Metrics>,
+) -> crate::Result<()> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    if let Ok(meta) = std::fs::symlink_metadata(&path) {
+        if meta.file_type().is_socket() {
+            std::fs::remove_file(&path).map_err(|e| {
+                Error::io(format!("removing the stale socket {}", path.display()), e)
+            })?;
+        } else {
+            return Err(Error::Config(format!(
+                "{} exists and is not a socket; choose another --unix path",
+                path.display()
+            )));
+        }
+    }
+    let listener = tokio::net::UnixListener::bind(&path)
+        .map_err(|e| Error::io(format!("listening on {}", path.display()), e))?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| Error::io(format!("setting the mode of {}", path.display()), e))?;
+    let state = AppState {
+        manager,
+        token,
+        hosts: Arc::new(loopback_hosts(None)),
+        unix: true,
+        metrics,
+        approvals: Arc::new(PendingApprovals::new()),
+    };
+    eprintln!("sandpit: listening on unix:{}", path.display());
+    let outcome = run(listener, router(state)).await;
+    let _ = std::fs::remove_file(&path);
+    outcome
+}
+
+#[cfg(not(unix))]
+async fn serve_unix(
+    _manager: Arc<SessionManager>,
+    path: PathBuf,
+    _token: Option<Arc<str>>,
+    _metrics: Arc<Metrics>,
+) -> crate::Result<()> {
+    Err(Error::Config(format!(
+        "Unix sockets are not supported on this platform ({})",
+        path.display()
+    )))
+}

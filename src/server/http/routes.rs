@@ -1,0 +1,268 @@
+//! The routes of the HTTP API and their handlers: `POST /v1/execute` (JSON; the event stream
+//! is in [`super::sse`]), `GET /v1/sessions`, `DELETE /v1/sessions/{id}`, `GET /v1/approvals`,
+//! `POST /v1/approvals/{id}`, `GET /healthz`, `GET /metrics`, and `GET /openapi.json` (in
+//! [`super::openapi`]); the [`router`] that puts them behind the guard.
+
+use super::auth::guard;
+use super::errors::{method_not_allowed, not_found, ApiError, ErrorBody, JsonBody};
+use super::openapi::openapi_json;
+use super::sse::{execute_sse, wants_sse};
+use super::{AppState, BODY_LIMIT};
+use crate::error::{Error, ErrorCode};
+use crate::pipeline::approval::{ApprovalRequest, Decision};
+use crate::session::manager::{SessionInfo, Via};
+use crate::types::{ExecRequest, ExecResult};
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Deserialize)]
+struct UserQuery {
+    user: Option<String>,
+}
+
+/// `GET /v1/sessions`: `{sessions: [...]}`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct SessionList {
+    pub sessions: Vec<SessionInfo>,
+}
+
+/// `DELETE /v1/sessions/{id}`: `{killed: true}`.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Killed {
+    pub killed: bool,
+}
+
+/// `GET /healthz`.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Health {
+    pub status: String,
+    pub backend: String,
+}
+
+fn bad_query(e: QueryRejection) -> Response {
+    ApiError::from_code(
+        ErrorCode::InvalidRequest,
+        format!("invalid request: bad query string: {}", e.body_text()),
+    )
+    .into_response()
+}
+
+/// Runs code: one-shot, or in a persistent session with `session_id`.
+#[utoipa::path(
+    post,
+    path = "/v1/execute",
+    request_body = ExecRequest,
+    responses(
+        (status = 200, description = "The execution ran (or was blocked by the sandbox pipeline); \
+            with `Accept: text/event-stream` a stream of events `execution_start`, \
+            `output_chunk` {stream, data}, `execution_end` {result}, `execution_error` {error}",
+            body = ExecResult),
+        (status = 400, description = "Invalid request", body = ErrorBody),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 403, description = "Refused by policy, analyzer, session owner or Host check", body = ErrorBody),
+        (status = 404, description = "Session not found", body = ErrorBody),
+        (status = 409, description = "Session runs another language", body = ErrorBody),
+        (status = 413, description = "Body larger than 10 MiB", body = ErrorBody),
+        (status = 429, description = "Session limit or queue full", body = ErrorBody),
+        (status = 503, description = "Backend unavailable", body = ErrorBody),
+    )
+)]
+async fn execute(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    JsonBody(req): JsonBody<ExecRequest>,
+) -> Response {
+    if wants_sse(&headers) {
+        return execute_sse(state, req).into_response();
+    }
+    let via = Via {
+        interface: "http",
+        approver: Some(state.approvals.clone()),
+        cancel: None,
+    };
+    let result = state.manager.execute_via(req, None, via).await;
+    state.metrics.record(&result);
+    match &result.error {
+        Some(e) => ApiError::from_code(e.code, e.message.clone()).into_response(),
+        None => Json(result).into_response(),
+    }
+}
+
+/// The sessions the user owns.
+#[utoipa::path(
+    get,
+    path = "/v1/sessions",
+    params(("user" = Option<String>, Query, description = "owner (default `default`)")),
+    responses(
+        (status = 200, description = "The user's sessions", body = SessionList),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+    )
+)]
+async fn list_sessions(
+    State(state): State<AppState>,
+    q: Result<Query<UserQuery>, QueryRejection>,
+) -> Response {
+    let user = match q {
+        Ok(Query(q)) => q.user.unwrap_or_else(|| "default".into()),
+        Err(e) => return bad_query(e),
+    };
+    let sessions = state.manager.list(&user).await;
+    Json(SessionList { sessions }).into_response()
+}
+
+/// Kills one of the user's sessions.
+#[utoipa::path(
+    delete,
+    path = "/v1/sessions/{id}",
+    params(
+        ("id" = String, Path, description = "session id"),
+        ("user" = Option<String>, Query, description = "owner (default `default`)"),
+    ),
+    responses(
+        (status = 200, description = "Killed", body = Killed),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 403, description = "The session belongs to another user", body = ErrorBody),
+        (status = 404, description = "No such session", body = ErrorBody),
+    )
+)]
+async fn kill_session(
+    State(state): State<AppState>,
+    id: Result<Path<String>, PathRejection>,
+    q: Result<Query<UserQuery>, QueryRejection>,
+) -> Response {
+    let user = match q {
+        Ok(Query(q)) => q.user.unwrap_or_else(|| "default".into()),
+        Err(e) => return bad_query(e),
+    };
+    let id = match id {
+        Ok(Path(id)) => id,
+        Err(e) => {
+            return ApiError::from_code(
+                ErrorCode::InvalidRequest,
+                format!(
+                    "invalid request: bad session id in the path: {}",
+                    e.body_text()
+                ),
+            )
+            .into_response()
+        }
+    };
+    match state.manager.kill(&user, &id).await {
+        Ok(true) => Json(Killed { killed: true }).into_response(),
+        Ok(false) => ApiError::from_error(&Error::SessionNotFound(id)).into_response(),
+        Err(e) => ApiError::from_error(&e).into_response(),
+    }
+}
+
+/// `GET /v1/approvals`: `{approvals: [...]}`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ApprovalList {
+    pub approvals: Vec<ApprovalRequest>,
+}
+
+/// `POST /v1/approvals/{id}`: `{resolved: true}`.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Resolved {
+    pub resolved: bool,
+}
+
+/// Executions waiting for approval (`approval.mode` `auto` or `ask`), oldest first. The code is
+/// shown redacted.
+#[utoipa::path(
+    get,
+    path = "/v1/approvals",
+    responses(
+        (status = 200, description = "Pending approvals", body = ApprovalList),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+    )
+)]
+async fn list_approvals(State(state): State<AppState>) -> Json<ApprovalList> {
+    Json(ApprovalList {
+        approvals: state.approvals.list(),
+    })
+}
+
+/// Decides a pending approval: `{"decision": "approve"}`, `{"decision":
+/// "approve_and_trust_session"}` or `{"decision": "deny", "reason": "..."}`.
+#[utoipa::path(
+    post,
+    path = "/v1/approvals/{id}",
+    params(("id" = String, Path, description = "approval id")),
+    request_body = Decision,
+    responses(
+        (status = 200, description = "Decided", body = Resolved),
+        (status = 400, description = "Invalid decision", body = ErrorBody),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 404, description = "No such pending approval (decided, withdrawn or timed out)", body = ErrorBody),
+    )
+)]
+async fn decide_approval(
+    State(state): State<AppState>,
+    id: Result<Path<String>, PathRejection>,
+    JsonBody(decision): JsonBody<Decision>,
+) -> Response {
+    let Ok(Path(id)) = id else {
+        return ApiError::from_code(
+            ErrorCode::InvalidRequest,
+            "invalid request: bad approval id".into(),
+        )
+        .into_response();
+    };
+    if state.approvals.resolve(&id, decision) {
+        Json(Resolved { resolved: true }).into_response()
+    } else {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "NOT_FOUND",
+            format!("no pending approval {id:?}: it was decided, withdrawn or timed out; GET /v1/approvals lists the pending ones"),
+        )
+        .into_response()
+    }
+}
+
+/// Liveness, and the backend in use (no token needed).
+#[utoipa::path(get, path = "/healthz", responses((status = 200, body = Health)))]
+async fn healthz(State(state): State<AppState>) -> Json<Health> {
+    Json(Health {
+        status: "ok".into(),
+        backend: state.manager.backend_name().into(),
+    })
+}
+
+/// Prometheus metrics (text exposition format).
+#[utoipa::path(get, path = "/metrics", responses((status = 200, description = "Prometheus text", content_type = "text/plain")))]
+async fn metrics(State(state): State<AppState>) -> Response {
+    let sessions = state.manager.session_count().await;
+    let text = state.metrics.render(sessions, state.manager.queue_len());
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+/// Every route behind the guard ([`guard`]), with JSON fallbacks and the body limit.
+pub(super) fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/execute", post(execute))
+        .route("/v1/sessions", get(list_sessions))
+        .route("/v1/sessions/{id}", delete(kill_session))
+        .route("/v1/approvals", get(list_approvals))
+        .route("/v1/approvals/{id}", post(decide_approval))
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .route("/openapi.json", get(openapi_json))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::extract::DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), guard))
+        .with_state(state)
+}
