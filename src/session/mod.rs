@@ -917,7 +917,10 @@ mod tests {
             rlimits: vec![],
         });
         let text = serde_json::to_string(&layers).unwrap();
-        assert!(text.starts_with(r#"{"layers":{"namespaces":["pid"]"#), "{text}");
+        assert!(
+            text.starts_with(r#"{"layers":{"namespaces":["pid"]"#),
+            "{text}"
+        );
         assert!(matches!(
             serde_json::from_str::<StartupLine>(&text).unwrap(),
             StartupLine::Setup(SetupMessage::Layers(_))

@@ -29,8 +29,8 @@ use crate::pipeline::approval::PendingApprovals;
 use crate::server::metrics::Metrics;
 use crate::session::manager::SessionManager;
 use auth::strip_port;
+use axum::routing::{delete, get, post};
 use axum::Router;
-use routes::router;
 use std::future::IntoFuture as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -224,4 +224,25 @@ async fn serve_unix(
         "Unix sockets are not supported on this platform ({})",
         path.display()
     )))
+}
+
+/// Every route behind the guard ([`auth::guard`]), with JSON fallbacks and the body limit.
+fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/execute", post(routes::execute))
+        .route("/v1/sessions", get(routes::list_sessions))
+        .route("/v1/sessions/{id}", delete(routes::kill_session))
+        .route("/v1/approvals", get(routes::list_approvals))
+        .route("/v1/approvals/{id}", post(routes::decide_approval))
+        .route("/healthz", get(routes::healthz))
+        .route("/metrics", get(routes::metrics))
+        .route("/openapi.json", get(openapi::openapi_json))
+        .fallback(errors::not_found)
+        .method_not_allowed_fallback(errors::method_not_allowed)
+        .layer(axum::extract::DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::guard,
+        ))
+        .with_state(state)
 }

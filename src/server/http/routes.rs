@@ -1,13 +1,11 @@
 //! The routes of the HTTP API and their handlers: `POST /v1/execute` (JSON; the event stream
 //! is in [`super::sse`]), `GET /v1/sessions`, `DELETE /v1/sessions/{id}`, `GET /v1/approvals`,
 //! `POST /v1/approvals/{id}`, `GET /healthz`, `GET /metrics`, and `GET /openapi.json` (in
-//! [`super::openapi`]); the [`router`] that puts them behind the guard.
+//! [`super::openapi`]; `super::router` puts them all behind the guard).
 
-use super::auth::guard;
-use super::errors::{method_not_allowed, not_found, ApiError, ErrorBody, JsonBody};
-use super::openapi::openapi_json;
+use super::errors::{ApiError, ErrorBody, JsonBody};
 use super::sse::{execute_sse, wants_sse};
-use super::{AppState, BODY_LIMIT};
+use super::AppState;
 use crate::error::{Error, ErrorCode};
 use crate::pipeline::approval::{ApprovalRequest, Decision};
 use crate::session::manager::{SessionInfo, Via};
@@ -16,12 +14,11 @@ use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
-use axum::{Json, Router};
+use axum::Json;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Deserialize)]
-struct UserQuery {
+pub(super) struct UserQuery {
     user: Option<String>,
 }
 
@@ -72,7 +69,7 @@ fn bad_query(e: QueryRejection) -> Response {
         (status = 503, description = "Backend unavailable", body = ErrorBody),
     )
 )]
-async fn execute(
+pub(super) async fn execute(
     State(state): State<AppState>,
     headers: HeaderMap,
     JsonBody(req): JsonBody<ExecRequest>,
@@ -103,7 +100,7 @@ async fn execute(
         (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
     )
 )]
-async fn list_sessions(
+pub(super) async fn list_sessions(
     State(state): State<AppState>,
     q: Result<Query<UserQuery>, QueryRejection>,
 ) -> Response {
@@ -130,7 +127,7 @@ async fn list_sessions(
         (status = 404, description = "No such session", body = ErrorBody),
     )
 )]
-async fn kill_session(
+pub(super) async fn kill_session(
     State(state): State<AppState>,
     id: Result<Path<String>, PathRejection>,
     q: Result<Query<UserQuery>, QueryRejection>,
@@ -181,7 +178,7 @@ pub struct Resolved {
         (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
     )
 )]
-async fn list_approvals(State(state): State<AppState>) -> Json<ApprovalList> {
+pub(super) async fn list_approvals(State(state): State<AppState>) -> Json<ApprovalList> {
     Json(ApprovalList {
         approvals: state.approvals.list(),
     })
@@ -201,7 +198,7 @@ async fn list_approvals(State(state): State<AppState>) -> Json<ApprovalList> {
         (status = 404, description = "No such pending approval (decided, withdrawn or timed out)", body = ErrorBody),
     )
 )]
-async fn decide_approval(
+pub(super) async fn decide_approval(
     State(state): State<AppState>,
     id: Result<Path<String>, PathRejection>,
     JsonBody(decision): JsonBody<Decision>,
@@ -227,7 +224,7 @@ async fn decide_approval(
 
 /// Liveness, and the backend in use (no token needed).
 #[utoipa::path(get, path = "/healthz", responses((status = 200, body = Health)))]
-async fn healthz(State(state): State<AppState>) -> Json<Health> {
+pub(super) async fn healthz(State(state): State<AppState>) -> Json<Health> {
     Json(Health {
         status: "ok".into(),
         backend: state.manager.backend_name().into(),
@@ -236,7 +233,7 @@ async fn healthz(State(state): State<AppState>) -> Json<Health> {
 
 /// Prometheus metrics (text exposition format).
 #[utoipa::path(get, path = "/metrics", responses((status = 200, description = "Prometheus text", content_type = "text/plain")))]
-async fn metrics(State(state): State<AppState>) -> Response {
+pub(super) async fn metrics(State(state): State<AppState>) -> Response {
     let sessions = state.manager.session_count().await;
     let text = state.metrics.render(sessions, state.manager.queue_len());
     (
@@ -247,22 +244,4 @@ async fn metrics(State(state): State<AppState>) -> Response {
         text,
     )
         .into_response()
-}
-
-/// Every route behind the guard ([`guard`]), with JSON fallbacks and the body limit.
-pub(super) fn router(state: AppState) -> Router {
-    Router::new()
-        .route("/v1/execute", post(execute))
-        .route("/v1/sessions", get(list_sessions))
-        .route("/v1/sessions/{id}", delete(kill_session))
-        .route("/v1/approvals", get(list_approvals))
-        .route("/v1/approvals/{id}", post(decide_approval))
-        .route("/healthz", get(healthz))
-        .route("/metrics", get(metrics))
-        .route("/openapi.json", get(openapi_json))
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
-        .layer(axum::extract::DefaultBodyLimit::max(BODY_LIMIT))
-        .layer(axum::middleware::from_fn_with_state(state.clone(), guard))
-        .with_state(state)
 }
