@@ -518,19 +518,8 @@ fn bare_loop_args(lang: Language) -> Vec<&'static str> {
 /// Proportional set size of every process in `pgid`, in kB.
 fn group_pss_kb(pgid: i32) -> Option<u64> {
     let mut total = 0;
-    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let after = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
-        let pgrp = after
-            .split_whitespace()
-            .nth(2)
-            .and_then(|s| s.parse::<i32>().ok());
-        if pgrp == Some(pgid) {
+    for pid in crate::backend::linux::procfs::pids() {
+        if crate::backend::linux::procfs::stat(pid).map(|s| s.pgrp) == Some(pgid) {
             total += pss_kb(pid).unwrap_or(0);
         }
     }

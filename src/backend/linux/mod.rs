@@ -11,6 +11,7 @@ pub mod landlock_rules;
 pub mod metadata;
 pub mod mounts;
 pub mod plan;
+pub mod procfs;
 pub mod reaper;
 pub mod rlimits;
 pub mod seccomp;
@@ -543,34 +544,11 @@ impl LinuxBackend {
 
 /// How many tasks (threads included, as RLIMIT_NPROC counts them) `uid` runs now.
 fn tasks_of_uid(uid: u32) -> u64 {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return 0;
-    };
-    let mut total = 0;
-    for e in entries.flatten() {
-        if !e
-            .file_name()
-            .to_string_lossy()
-            .bytes()
-            .all(|b| b.is_ascii_digit())
-        {
-            continue;
-        }
-        let Ok(status) = std::fs::read_to_string(e.path().join("status")) else {
-            continue;
-        };
-        let field = |name: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .and_then(|v| v.split_whitespace().next())
-                .and_then(|v| v.parse::<u64>().ok())
-        };
-        if field("Uid:") == Some(u64::from(uid)) {
-            total += field("Threads:").unwrap_or(1);
-        }
-    }
-    total
+    procfs::pids()
+        .into_iter()
+        .filter(|&pid| procfs::status_field(pid, "Uid:") == Some(u64::from(uid)))
+        .map(|pid| procfs::status_field(pid, "Threads:").unwrap_or(1))
+        .sum()
 }
 
 /// Cleans up a session's host state: its cgroup, its uid slot and its directory.

@@ -17,29 +17,10 @@ const MAX_WALKS: usize = 1000;
 
 /// `pid -> ppid` for every process this host's `/proc` shows.
 pub(super) fn parents() -> HashMap<i32, i32> {
-    let mut map = HashMap::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return map;
-    };
-    for e in entries.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-            continue;
-        };
-        if let Some(ppid) = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|s| parse_ppid(&s))
-        {
-            map.insert(pid, ppid);
-        }
-    }
-    map
-}
-
-/// The ppid field of `/proc/PID/stat`: after the command name, which is in parentheses and may
-/// itself contain spaces and parentheses (so search from the last `)`).
-fn parse_ppid(stat: &str) -> Option<i32> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(1)?.parse().ok()
+    super::procfs::pids()
+        .into_iter()
+        .filter_map(|pid| super::procfs::stat(pid).map(|s| (pid, s.ppid)))
+        .collect()
 }
 
 /// Every descendant of `root` in `parents` (not `root` itself).
@@ -90,13 +71,6 @@ pub fn become_subreaper() -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ppid_is_read_after_the_command_name() {
-        assert_eq!(parse_ppid("42 (a) b) c) S 7 42 42 0"), Some(7));
-        assert_eq!(parse_ppid("1 (init) S 0 1 1"), Some(0));
-        assert_eq!(parse_ppid("garbage"), None);
-    }
 
     #[test]
     fn descendants_follow_the_whole_tree_and_nothing_else() {

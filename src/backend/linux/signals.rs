@@ -34,12 +34,9 @@ pub struct Scope {
     waiter: i32,
 }
 
-/// `(ppid, pgrp)` of a process (or thread) from `/proc/PID/stat`.
+/// `(ppid, pgrp)` of a process (or thread).
 fn ppid_pgrp(pid: i32) -> Option<(i32, i32)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut f = rest.split_whitespace().skip(1); // state
-    Some((f.next()?.parse().ok()?, f.next()?.parse().ok()?))
+    super::procfs::stat(pid).map(|s| (s.ppid, s.pgrp))
 }
 
 fn errno() -> i32 {
