@@ -257,6 +257,7 @@ fn via(approver: &Arc<Counting>) -> Via {
         interface: "library",
         approver: Some(approver.clone()),
         cancel: None,
+        workspace: None,
     }
 }
 

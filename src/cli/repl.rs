@@ -6,14 +6,17 @@
 
 use super::{backend_choice, BackendArg, EXIT_SANDPIT_FAILURE};
 use crate::backend;
-use crate::pipeline::gate::{Caller, Pipeline};
 use crate::policy::Policy;
-use crate::session::{ExecOptions, OutputEvent, Session, SessionConfig, StreamKind};
-use crate::types::{ExecRequest, ExecResult, Language, Status};
+use crate::session::manager::{SessionManager, Via};
+use crate::session::{OutputEvent, StreamKind};
+use crate::types::{ExecRequest, Language, Status};
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The owner of the REPL's session (one person at one terminal).
+const USER: &str = "default";
 
 fn continues(line: &str) -> bool {
     let t = line.trim_end();
@@ -26,43 +29,31 @@ fn continues(line: &str) -> bool {
 
 pub async fn repl(language: Option<Language>, backend_arg: BackendArg, policy: Policy) -> ExitCode {
     let language = language.unwrap_or(policy.defaults.language);
+    // The same path as every interface: the session manager, with one persistent session.
     let started = async {
         let choice = backend_choice(&backend_arg, &policy)?;
         let backend = backend::select(choice, &policy, &backend::helper_path()?).await?;
-        let config = SessionConfig {
-            language,
-            session_id: None,
-            workspace: None,
-            network: false,
-            limits: policy.limits.clone(),
-        };
-        Session::start(&policy, backend, config).await
+        let manager = SessionManager::with_backend(policy.clone(), backend, Default::default())?;
+        let id = format!("repl-{}", crate::util::random_hex(6)?);
+        let version = manager.open(USER, &id, language).await?;
+        Ok::<_, crate::Error>((manager, id, version))
     };
-    let pipeline = match Pipeline::from_policy(&policy) {
-        Ok(p) => p,
-        Err(e) => {
-            super::report_error(&e);
-            return ExitCode::from(EXIT_SANDPIT_FAILURE);
-        }
-    };
-    let mut session = match started.await {
+    let (manager, session_id, version) = match started.await {
         Ok(s) => s,
         Err(e) => {
             super::report_error(&e);
             return ExitCode::from(EXIT_SANDPIT_FAILURE);
         }
     };
-    session.set_redactor(pipeline.redactor().clone());
-    let approver = super::approve::TerminalApprover {
-        timeout: Duration::from_millis(policy.approval.timeout_ms),
-    };
-    let backend_name = session.backend_name();
-    let mut trusted = false;
+    let approver: Arc<dyn crate::pipeline::approval::Approver> =
+        Arc::new(super::approve::TerminalApprover {
+            timeout: Duration::from_millis(policy.approval.timeout_ms),
+        });
     eprintln!(
         "sandpit repl: {} {} on the {} backend. Ctrl-C interrupts a running cell, Ctrl-D exits.",
         language,
-        session.interpreter_version().unwrap_or(""),
-        session.backend_name()
+        version,
+        manager.backend_name()
     );
     let mut editor = match rustyline::DefaultEditor::new() {
         Ok(e) => e,
@@ -114,26 +105,9 @@ pub async fn repl(language: Option<Language>, backend_arg: BackendArg, policy: P
             continue;
         }
         let mut req = ExecRequest::new(language, code.clone());
-        req.session_id = Some(session.id().to_string());
-        let caller = Caller {
-            interface: "repl",
-            backend: backend_name,
-            session_trusted: trusted,
-            approver: Some(&approver),
-        };
-        let user = req.user.clone();
-        let admission = match pipeline.admit(&req, &user, caller).await {
-            Ok(a) => a,
-            Err(e) => {
-                let mut r = ExecResult::from_error(language, backend_name, &e);
-                pipeline.redact_result(&mut r);
-                if let Some(err) = r.error {
-                    eprintln!("[sandpit] {}", err.message);
-                }
-                continue;
-            }
-        };
-        trusted |= admission.trust_session;
+        req.session_id = Some(session_id.clone());
+        req.user = USER.to_string();
+        req.timeout_ms = policy.defaults.timeout_ms;
         let cancel = Arc::new(tokio::sync::Notify::new());
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<OutputEvent>();
         let printer = tokio::spawn(async move {
@@ -157,50 +131,39 @@ pub async fn repl(language: Option<Language>, backend_arg: BackendArg, policy: P
                 }
             })
         };
-        let opts = ExecOptions {
-            timeout: Duration::from_millis(policy.defaults.timeout_ms),
-            input: Default::default(),
-            interactive: false,
-            output: Some(tx),
+        let via = Via {
+            interface: "repl",
+            approver: Some(approver.clone()),
             cancel: Some(cancel),
+            workspace: None,
         };
-        let result = session.execute(&code, opts).await;
+        let r = manager.execute_via(req, Some(tx), via).await;
         watcher.abort();
         let _ = printer.await;
-        match result {
-            Ok(mut r) => {
-                pipeline.finish(&req, &user, caller, &admission, &mut r);
-                if let Some(ex) = &r.exception {
-                    eprintln!(
-                        "{}",
-                        if ex.traceback.is_empty() {
-                            format!("{}: {}", ex.kind, ex.message)
-                        } else {
-                            ex.traceback.trim_end().to_string()
-                        }
-                    );
+        if let Some(ex) = &r.exception {
+            eprintln!(
+                "{}",
+                if ex.traceback.is_empty() {
+                    format!("{}: {}", ex.kind, ex.message)
+                } else {
+                    ex.traceback.trim_end().to_string()
                 }
-                if let Some(v) = &r.result {
-                    println!("result = {v}");
-                }
-                for w in &r.warnings {
-                    eprintln!("[sandpit] {w}");
-                }
-                if r.status == Status::Error && r.exception.is_none() {
-                    if let Some(c) = r.exit_code.filter(|c| *c != 0) {
-                        eprintln!("[sandpit] exit status {c}");
-                    }
-                }
-            }
-            Err(e) => {
-                let mut r = ExecResult::from_error(language, backend_name, &e);
-                pipeline.failed(&req, &user, caller, &admission, &mut r);
-                if let Some(err) = r.error {
-                    eprintln!("[sandpit] {}", err.message);
-                }
+            );
+        }
+        if let Some(v) = &r.result {
+            println!("result = {v}");
+        }
+        for w in &r.warnings {
+            eprintln!("[sandpit] {w}");
+        }
+        if let Some(err) = &r.error {
+            eprintln!("[sandpit] {}", err.message);
+        } else if r.status == Status::Error && r.exception.is_none() {
+            if let Some(c) = r.exit_code.filter(|c| *c != 0) {
+                eprintln!("[sandpit] exit status {c}");
             }
         }
     }
-    session.kill().await;
+    manager.shutdown().await;
     ExitCode::SUCCESS
 }

@@ -1,16 +1,17 @@
 //! `sandpit run`: one execution in a fresh sandbox. Without `--json` output streams live and the
 //! exit status is the code's; with it, exactly one `ExecResult` is printed.
 
-use super::{backend_choice, BackendArg, EXIT_SANDPIT_FAILURE, EXIT_USAGE};
+use super::{backend_choice, BackendArg, EXIT_USAGE};
 use crate::backend;
-use crate::pipeline::gate::{Admission, Caller, Pipeline};
 use crate::policy::Policy;
-use crate::session::{OutputEvent, Session, SessionConfig, StreamKind};
+use crate::session::manager::{SessionManager, Via};
+use crate::session::{OutputEvent, StreamKind};
 use crate::types::{ExecRequest, ExecResult, Language};
 use clap::Args;
 use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
@@ -62,33 +63,6 @@ fn fail(json: bool, lang: Language, backend: &str, e: &crate::Error) -> ExitCode
         ));
     } else {
         super::report_error(e);
-    }
-    exit(r.cli_exit_code())
-}
-
-/// Like [`fail`], with the message redacted, and (when the run was admitted) audited.
-fn fail_redacted(
-    json: bool,
-    lang: Language,
-    backend: &str,
-    e: &crate::Error,
-    pipeline: &Pipeline,
-    audit: Option<(&ExecRequest, &str, Caller<'_>, &Admission)>,
-) -> ExitCode {
-    let mut r = ExecResult::from_error(lang, backend, e);
-    match audit {
-        Some((req, user, caller, admission)) => {
-            pipeline.failed(req, user, caller, admission, &mut r)
-        }
-        None => pipeline.redact_result(&mut r),
-    }
-    if json {
-        super::print_stdout(&format!(
-            "{}\n",
-            serde_json::to_string(&r).unwrap_or_default()
-        ));
-    } else if let Some(err) = &r.error {
-        eprintln!("sandpit: {}", err.message);
     }
     exit(r.cli_exit_code())
 }
@@ -155,51 +129,26 @@ pub async fn run(args: RunArgs, policy: Policy) -> ExitCode {
         eprintln!("sandpit: warning: the unsandboxed backend runs this code with NO isolation");
     }
     let backend_name = backend.kind().as_str();
-    // The pipeline around the run: analyzer and approval before, redaction and audit after.
-    let pipeline = match Pipeline::from_policy(&policy) {
-        Ok(p) => p,
-        Err(e) => return fail(args.json, language, backend_name, &e),
-    };
-    let approver = super::approve::TerminalApprover {
-        timeout: std::time::Duration::from_millis(policy.approval.timeout_ms),
-    };
-    let caller = Caller {
-        interface: "cli",
-        backend: backend_name,
-        session_trusted: false,
-        approver: Some(&approver),
-    };
-    let user = req.user.clone();
-    let admission = match pipeline.admit(&req, &user, caller).await {
-        Ok(a) => a,
-        Err(e) => return fail_redacted(args.json, language, backend_name, &e, &pipeline, None),
-    };
-    // Failures from here on are audited too.
-    let failed = |e: &crate::Error| {
-        fail_redacted(
-            args.json,
-            language,
-            backend_name,
-            e,
-            &pipeline,
-            Some((&req, &user, caller, &admission)),
-        )
-    };
-    let mut config = SessionConfig::for_request(&policy, &req);
-    config.workspace = args.workspace.clone();
-    if let Some(w) = &config.workspace {
+    if let Some(w) = &args.workspace {
         if let Err(e) = std::fs::create_dir_all(w) {
-            return failed(&crate::Error::io(
-                format!("create workspace {}", w.display()),
-                e,
-            ));
+            let e = crate::Error::io(format!("create workspace {}", w.display()), e);
+            return fail(args.json, language, backend_name, &e);
         }
     }
-    let mut session = match Session::start(&policy, backend.clone(), config).await {
-        Ok(s) => s,
-        Err(e) => return failed(&e),
+    // The same path as every interface: the session manager runs validation, the analyzer and
+    // approval, the sandbox, then redaction and the audit record.
+    let manager = match SessionManager::with_backend(policy.clone(), backend, Default::default()) {
+        Ok(m) => m,
+        Err(e) => return fail(args.json, language, backend_name, &e),
     };
-    session.set_redactor(pipeline.redactor().clone());
+    let via = Via {
+        interface: "cli",
+        approver: Some(Arc::new(super::approve::TerminalApprover {
+            timeout: std::time::Duration::from_millis(policy.approval.timeout_ms),
+        })),
+        cancel: None,
+        workspace: args.workspace.clone(),
+    };
 
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<OutputEvent>();
     let printer = (!args.json).then(|| {
@@ -230,19 +179,14 @@ pub async fn run(args: RunArgs, policy: Policy) -> ExitCode {
             }
         })
     });
-    let outcome = session
-        .run_request(&req, printer.as_ref().map(|_| tx.clone()))
+    let result = manager
+        .execute_via(req, printer.as_ref().map(|_| tx.clone()), via)
         .await;
     drop(tx);
     if let Some(p) = printer {
         let _ = p.await;
     }
-    session.kill().await;
-    let mut result = match outcome {
-        Ok(r) => r,
-        Err(e) => return failed(&e),
-    };
-    pipeline.finish(&req, &user, caller, &admission, &mut result);
+    manager.shutdown().await;
     if args.json {
         super::print_stdout(&format!(
             "{}\n",
@@ -270,9 +214,5 @@ pub async fn run(args: RunArgs, policy: Policy) -> ExitCode {
             let _ = v; // `result` is part of --json output; plain runs show what the code printed.
         }
     }
-    let code = result.cli_exit_code();
-    if result.exit_code.is_none() && result.error.is_some() {
-        return ExitCode::from(EXIT_SANDPIT_FAILURE);
-    }
-    exit(code)
+    exit(result.cli_exit_code())
 }

@@ -220,6 +220,7 @@ impl SandpitMcp {
             interface: "mcp",
             approver: Some(Arc::new(ElicitingApprover { peer })),
             cancel: Some(cancel.clone()),
+            workspace: None,
         };
         let result = self.manager.execute_via(req, None, via).await;
         watcher.abort();

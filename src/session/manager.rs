@@ -73,6 +73,9 @@ pub struct Via {
     pub approver: Option<Arc<dyn Approver>>,
     /// Notified when the caller goes away: the running cell is interrupted.
     pub cancel: Option<Arc<tokio::sync::Notify>>,
+    /// A host directory to run in instead of a fresh workspace (kept afterwards). Only a local,
+    /// trusted caller sets it (`sandpit run --workspace`); it never comes from the wire.
+    pub workspace: Option<std::path::PathBuf>,
 }
 
 impl Via {
@@ -81,6 +84,7 @@ impl Via {
             interface: "library",
             approver: None,
             cancel: None,
+            workspace: None,
         }
     }
 }
@@ -224,10 +228,7 @@ impl SessionManager {
                 return r;
             }
         };
-        match self
-            .execute_inner(&req, output, &admission, via.cancel.clone())
-            .await
-        {
+        match self.execute_inner(&req, output, &admission, &via).await {
             Ok(mut r) => {
                 self.pipeline
                     .finish(&req, &user, caller, &admission, &mut r);
@@ -257,8 +258,9 @@ impl SessionManager {
         req: &ExecRequest,
         output: Option<mpsc::UnboundedSender<OutputEvent>>,
         admission: &Admission,
-        cancel: Option<Arc<tokio::sync::Notify>>,
+        via: &Via,
     ) -> Result<ExecResult> {
+        let cancel = via.cancel.clone();
         // A slot, or a place in the bounded queue.
         let permit = match self.slots.try_acquire() {
             Ok(p) => p,
@@ -274,7 +276,8 @@ impl SessionManager {
         };
         let Some(id) = req.session_id.clone() else {
             // One-shot: a fresh sandbox, gone afterwards.
-            let config = SessionConfig::for_request(&self.policy, req);
+            let mut config = SessionConfig::for_request(&self.policy, req);
+            config.workspace = via.workspace.clone();
             let mut s = Session::start(&self.policy, self.backend.clone(), config).await?;
             s.set_redactor(self.pipeline.redactor().clone());
             let r = s.run_request_cancellable(req, output, cancel).await;
@@ -292,6 +295,7 @@ impl SessionManager {
             if guard.is_none() {
                 let mut config = SessionConfig::for_request(&self.policy, req);
                 config.session_id = Some(id.clone());
+                config.workspace = via.workspace.clone();
                 let mut s = Session::start(&self.policy, self.backend.clone(), config).await?;
                 s.set_redactor(self.pipeline.redactor().clone());
                 *guard = Some(s);
@@ -309,6 +313,30 @@ impl SessionManager {
         drop(guard);
         drop(permit);
         result
+    }
+
+    /// Starts session `id` for `user` now rather than at its first execution (`sandpit repl`
+    /// shows the interpreter's version before the first line); returns that version. The same
+    /// owner, language and session-count checks as an execution apply.
+    pub async fn open(&self, user: &str, id: &str, language: Language) -> Result<String> {
+        let mut req = ExecRequest::new(language, String::new());
+        req.user = user.to_string();
+        req.session_id = Some(id.to_string());
+        self.validate(&req)?;
+        let entry = self.entry_for(id, &req).await?;
+        let mut guard = entry.session.lock().await;
+        if guard.is_none() {
+            let mut config = SessionConfig::for_request(&self.policy, &req);
+            config.session_id = Some(id.to_string());
+            let mut s = Session::start(&self.policy, self.backend.clone(), config).await?;
+            s.set_redactor(self.pipeline.redactor().clone());
+            *guard = Some(s);
+        }
+        Ok(guard
+            .as_ref()
+            .and_then(|s| s.interpreter_version())
+            .unwrap_or_default()
+            .to_string())
     }
 
     /// The entry for `id`: the existing one (checked for owner and language) or a new one.

@@ -81,6 +81,7 @@ pub(super) async fn execute(
         interface: "http",
         approver: Some(state.approvals.clone()),
         cancel: None,
+        workspace: None,
     };
     let result = state.manager.execute_via(req, None, via).await;
     state.metrics.record(&result);

@@ -71,6 +71,7 @@ pub(super) fn execute_sse(
                 events: tx.clone(),
             })),
             cancel: Some(cancel),
+            workspace: None,
         };
         let run = state.manager.execute_via(req, Some(otx), via);
         tokio::pin!(run);
