@@ -172,6 +172,11 @@ mod functional {
                 r.timed_out && !r.session_restarted,
                 "{lang} {busy}: the interrupt should keep the session: {r:?}"
             );
+            assert_eq!(
+                r.error.as_ref().map(|e| e.code),
+                Some(sandpit::error::ErrorCode::Timeout),
+                "{r:?}"
+            );
             let r = exec(&mut s, check).await;
             assert!(!r.session_restarted);
             assert!(

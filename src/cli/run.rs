@@ -207,7 +207,8 @@ pub async fn run(args: RunArgs, policy: Policy) -> ExitCode {
         for w in result.warnings.iter().filter(|w| !w.contains("truncated")) {
             eprintln!("sandpit: {w}");
         }
-        if let Some(err) = &result.error {
+        // A timeout's warning already says what happened and what became of the session.
+        if let Some(err) = result.error.as_ref().filter(|_| !result.timed_out) {
             eprintln!("sandpit: {}", err.message);
         }
         if let Some(v) = &result.result {

@@ -750,6 +750,17 @@ impl Session {
                 }
             }
         }
+        if result.status == Status::Timeout {
+            // The TIMEOUT code of interface.md §1, beside the status, so a client that reads
+            // only `error` learns it too.
+            result.error = Some(crate::types::ErrorInfo {
+                code: crate::error::ErrorCode::Timeout,
+                message: format!(
+                    "the code ran longer than its timeout ({} ms)",
+                    opts.timeout.as_millis()
+                ),
+            });
+        }
         self.last_used = Instant::now();
         result.stdout = out.finish();
         result.stderr = err.finish();
