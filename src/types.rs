@@ -275,6 +275,19 @@ impl ExecResult {
 mod tests {
     use super::*;
 
+    /// Golden `--json` shape: the fields and their order of an `ExecResult` (interface.md §1).
+    #[test]
+    fn golden_result_shape() {
+        let r = ExecResult::from_error(
+            Language::Python,
+            "linux",
+            &crate::Error::InvalidRequest("x".into()),
+        );
+        let v = serde_json::to_value(&r).unwrap();
+        let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
+        insta::assert_json_snapshot!("exec_result_keys", keys);
+    }
+
     #[test]
     fn language_aliases_parse() {
         for (s, l) in [

@@ -253,3 +253,23 @@ pub fn main() -> ExitCode {
         } => runtime.block_on(image::build(offline)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Golden `--help` of every command (`insta`): the CLI of interface.md §3, as users see it.
+    #[test]
+    fn golden_help() {
+        let mut cli = Cli::command();
+        insta::assert_snapshot!("help", cli.render_help().to_string());
+        for sub in ["run", "repl", "mcp", "serve", "doctor", "image", "bench"] {
+            let mut c = Cli::command();
+            let Some(c) = c.find_subcommand_mut(sub) else {
+                panic!("no subcommand {sub}")
+            };
+            insta::assert_snapshot!(format!("help_{sub}"), c.render_help().to_string());
+        }
+    }
+}

@@ -537,4 +537,26 @@ mod tests {
         );
         assert!(plan.env.contains(&("HOME".into(), HOME.into())));
     }
+
+    /// Golden plans (`insta`, snapshots in `snapshots/`): root with namespaces, unprivileged
+    /// with namespaces, and unprivileged without, for each language. A change to what the
+    /// helper does shows up here as a diff to review (`cargo insta review`).
+    #[test]
+    fn golden_plans() {
+        for (name, is_root, namespaces) in [
+            ("root", true, true),
+            ("unprivileged", false, true),
+            ("no_namespaces", false, false),
+        ] {
+            for lang in Language::ALL {
+                let plan = build(
+                    &spec(lang, false),
+                    &dirs(),
+                    &host(is_root, namespaces),
+                    &kind,
+                );
+                insta::assert_json_snapshot!(format!("plan_{name}_{lang}"), plan);
+            }
+        }
+    }
 }

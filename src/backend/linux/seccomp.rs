@@ -442,4 +442,25 @@ mod tests {
             assert!(allowed.iter().any(|a| a == s), "{s} missing");
         }
     }
+
+    /// Golden filter order per architecture: names and program lengths of every filter, all
+    /// options on (`insta`; a reordering or a grown program is a diff to review).
+    #[test]
+    fn golden_filter_order() {
+        let all = Options {
+            deny_network: true,
+            deny_unix_sockets: true,
+            deny_other_processes: true,
+            deny_sysv_ipc: true,
+            deny_sigio_owner: true,
+        };
+        for arch in [TargetArch::x86_64, TargetArch::aarch64] {
+            let f: Vec<String> = compile(arch, all)
+                .unwrap()
+                .iter()
+                .map(|(n, p)| format!("{n}: {} instructions", p.len()))
+                .collect();
+            insta::assert_json_snapshot!(format!("filters_{}", arch_name(arch)), f);
+        }
+    }
 }
