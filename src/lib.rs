@@ -11,6 +11,7 @@
 pub mod backend;
 pub mod cli;
 pub mod error;
+pub mod image;
 pub mod pipeline;
 pub mod policy;
 pub mod server;

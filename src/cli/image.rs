@@ -1,6 +1,6 @@
 //! `sandpit image build [--offline]`: builds the Docker sandbox image, showing progress.
 
-use crate::backend::docker::image;
+use crate::image;
 use std::process::ExitCode;
 
 pub async fn build(offline: bool) -> ExitCode {
