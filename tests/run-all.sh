@@ -70,11 +70,7 @@ if is_root; then
 fi
 
 say "integration tests: CLI, REPL, session manager, pipeline, packages, MCP, HTTP"
-for t in tests/*.rs; do
-  name=$(basename "$t" .rs)
-  [ "$name" = conformance ] && continue
-  cargo test --quiet --test "$name"
-done
+cargo test --quiet --test integration
 
 say "language drivers, standalone (tests/driver_harness.py)"
 /usr/bin/python3 tests/driver_harness.py --no-bench

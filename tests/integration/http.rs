@@ -2,7 +2,7 @@
 //! port with a tiny hand-written HTTP/1.1 client.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

@@ -4,7 +4,7 @@
 //! approval decides before anything runs, and the audit trail records it all, redacted.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::Ctx;
 use sandpit::pipeline::approval::{ApprovalMode, ApprovalRequest, Approver, Decision};
@@ -233,7 +233,7 @@ raise ValueError("leaked " + secrets[0])
     }
 }
 
-matrix!(cases; [linux, docker, unsandboxed];
+crate::matrix!(cases; [linux, docker, unsandboxed];
     analyzer_blocks_the_default_patterns,
     secrets_never_leave_the_sandbox,
 );

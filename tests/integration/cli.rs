@@ -2,7 +2,7 @@
 //! interface.md §3, and `sandpit doctor`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Output};
 

@@ -3,7 +3,7 @@
 //! client driving it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};

@@ -3,7 +3,7 @@
 //! analyzer refusing a cell without ending the session.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

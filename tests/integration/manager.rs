@@ -2,7 +2,7 @@
 //! idle expiry and shutdown, on the native backend when it is available (else unsandboxed).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use sandpit::backend::{self, BackendChoice};
 use sandpit::session::manager::{ManagerConfig, SessionManager};
