@@ -58,6 +58,8 @@ pub struct Extras {
     /// the spawned process's pid, before the process-group kill (which ends that process).
     pub kill_all: Option<Box<dyn Fn(i32) + Send + Sync>>,
     pub workspace: Option<PathBuf>,
+    /// How the disk cap is enforced (the mounts themselves live in `guard`).
+    pub disk: Option<super::disk::DiskCap>,
 }
 
 /// Spawns `program` as a session leader on a new PTY with the session channels.
@@ -196,6 +198,10 @@ impl SandboxControl for PtyControl {
 
     fn process_group(&self) -> Option<i32> {
         Some(self.pgid)
+    }
+
+    fn disk(&self) -> Option<super::disk::DiskCap> {
+        self.extras.disk.clone()
     }
 }
 
