@@ -1,0 +1,486 @@
+//! The disk cap (`limits.disk_mb`, `limits.disk_inodes`) as a session enforces and reports it;
+//! `backend::disk` describes the two mechanisms and which directory gets which.
+//!
+//! - A workspace on its own capped tmpfs needs nothing from the session: writes beyond the cap
+//!   fail with ENOSPC. After each cell its fill (`statvfs`) is read, and a workspace at 95% or
+//!   more gets a warning, so an agent understands why its writes fail.
+//! - Accounted directories are watched by a task for as long as the sandbox lives. It measures
+//!   them ([`usage::measure`]) when inotify says something in them was written or created (at
+//!   most one walk per five walks' time, so a fast writer is caught within a walk or two), at
+//!   least every 500 ms (every 50 walks' time when walks are slow: at most 2% of a core), and at
+//!   the end of each cell. Beyond the cap, or when a directory cannot be measured, it kills the
+//!   sandbox: a running cell ends `killed` with a warning saying why, and the next cell starts a
+//!   new sandbox. The figures count what the session added: they are taken relative to the
+//!   first measurement (a caller's `--workspace` may hold more than the cap to begin with).
+
+use crate::backend::disk::usage::{self, Usage};
+use crate::backend::disk::{self, DiskCap, DiskLimit};
+use crate::backend::SandboxControl;
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+use tokio::io::unix::AsyncFd;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+/// The longest the watcher waits between two walks while nothing signals a write (inotify
+/// watches every directory) ...
+const PERIOD: Duration = Duration::from_millis(500);
+/// ... and while something may write unseen (no inotify, or a watch could not be added).
+const PERIOD_UNWATCHED: Duration = Duration::from_millis(100);
+/// Walks triggered by writes are at least this far apart, and five walks' time.
+const MIN_GAP: Duration = Duration::from_millis(2);
+/// How long a cell's result waits for the end-of-cell figure.
+const AFTER_CELL_WAIT: Duration = Duration::from_secs(2);
+/// Consecutive failed walks after which the sandbox is killed (the cap cannot be checked).
+const MAX_FAILURES: u32 = 3;
+/// From this fraction of the cap on, results say the workspace is (nearly) full.
+const FULL: f64 = 0.95;
+const MIB: u64 = 1024 * 1024;
+
+/// A sandbox's disk cap, seen from its session.
+pub(super) struct SessionDisk {
+    cap: DiskCap,
+    watch: Option<Watch>,
+}
+
+/// The watcher task of accounted directories; dropping this ends it.
+struct Watch {
+    killed: Arc<Mutex<Option<String>>>,
+    requests: mpsc::UnboundedSender<oneshot::Sender<Option<Usage>>>,
+    _stop: oneshot::Sender<()>,
+}
+
+/// What the end of a cell found.
+#[derive(Debug, Default)]
+pub(super) struct CellCheck {
+    /// The cap was exceeded: the sandbox is (being) killed, and why.
+    pub exceeded: Option<String>,
+    pub warnings: Vec<String>,
+}
+
+impl SessionDisk {
+    /// Starts watching what `cap` accounts (if anything); `control` is killed beyond the cap.
+    /// Call within the tokio runtime.
+    pub(super) fn start(cap: DiskCap, control: Weak<dyn SandboxControl>) -> SessionDisk {
+        let watch = (!cap.accounted.is_empty()).then(|| {
+            let killed = Arc::new(Mutex::new(None));
+            let (requests, rx) = mpsc::unbounded_channel();
+            let (stop, stopped) = oneshot::channel();
+            tokio::spawn(watch(cap.clone(), control, killed.clone(), rx, stopped));
+            Watch {
+                killed,
+                requests,
+                _stop: stop,
+            }
+        });
+        SessionDisk { cap, watch }
+    }
+
+    /// Why the watcher killed the sandbox, if it did.
+    pub(super) fn killed(&self) -> Option<String> {
+        let w = self.watch.as_ref()?;
+        w.killed.lock().ok().and_then(|k| k.clone())
+    }
+
+    /// The end-of-cell check: a fresh figure, a warning when the workspace is nearly full.
+    pub(super) async fn after_cell(&self) -> CellCheck {
+        let mut check = CellCheck::default();
+        let limit = self.cap.limit;
+        if self.cap.workspace_mounted {
+            if let Ok(f) = disk::fill(&self.cap.workspace) {
+                check.warnings.extend(full_warning(
+                    "the workspace",
+                    f.used_bytes,
+                    f.used_inodes,
+                    limit,
+                    true,
+                ));
+            }
+        }
+        if let Some(w) = &self.watch {
+            let (tx, rx) = oneshot::channel();
+            if w.requests.send(tx).is_ok() {
+                if let Ok(Ok(Some(u))) = tokio::time::timeout(AFTER_CELL_WAIT, rx).await {
+                    check.warnings.extend(full_warning(
+                        self.cap.subject(),
+                        u.bytes,
+                        u.inodes,
+                        limit,
+                        false,
+                    ));
+                }
+            }
+            check.exceeded = self.killed();
+            if check.exceeded.is_some() {
+                check.warnings.clear();
+            }
+        }
+        check
+    }
+}
+
+/// The verdict on a measurement: `Some(why)` when the sandbox must go.
+fn verdict(subject: &str, u: Usage, limit: DiskLimit) -> Option<String> {
+    if u.bytes > limit.bytes() {
+        return Some(format!(
+            "{subject} exceeded limits.disk_mb ({} MB) with {} MB: the sandbox was killed; raise limits.disk_mb or clean up",
+            limit.mb,
+            mb(u.bytes)
+        ));
+    }
+    if u.inodes > limit.inodes {
+        return Some(format!(
+            "{subject} exceeded limits.disk_inodes ({} files and directories) with {}: the sandbox was killed; raise limits.disk_inodes or remove files",
+            limit.inodes, u.inodes
+        ));
+    }
+    if u.unreadable > 0 {
+        return Some(format!(
+            "{subject} has {} director{} sandpit cannot read, so it cannot be held to limits.disk_mb: the sandbox was killed; keep directories readable and searchable by their owner",
+            u.unreadable,
+            if u.unreadable == 1 { "y" } else { "ies" }
+        ));
+    }
+    None
+}
+
+/// The warning for a workspace at [`FULL`] of its cap or more (`enforced`: by a filesystem,
+/// whose writes then fail, else by the watcher's kill).
+fn full_warning(
+    subject: &str,
+    bytes: u64,
+    inodes: u64,
+    limit: DiskLimit,
+    enforced: bool,
+) -> Option<String> {
+    let near = |used: u64, cap: u64| used as f64 >= FULL * cap as f64;
+    let (what, setting, refused) = if near(bytes, limit.bytes()) {
+        (
+            format!("{} of {} MB used", mb(bytes), limit.mb),
+            "limits.disk_mb",
+            "writes fail",
+        )
+    } else if near(inodes, limit.inodes) {
+        (
+            format!("{inodes} of {} files and directories", limit.inodes),
+            "limits.disk_inodes",
+            "creating files fails",
+        )
+    } else {
+        return None;
+    };
+    Some(if enforced {
+        format!("{subject} is full: {what} ({setting}); {refused} with ENOSPC")
+    } else {
+        format!("{subject} is nearly full: {what} ({setting}); beyond it the sandbox is killed")
+    })
+}
+
+/// Bytes in MiB: to a tenth below 100 (so 32.2 reads as more than a 32 MB cap), else whole.
+fn mb(bytes: u64) -> String {
+    let v = bytes as f64 / MIB as f64;
+    if v < 99.95 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+/// An inotify instance that tokio can wait on.
+struct Notifier(Inotify);
+
+impl AsRawFd for Notifier {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.as_fd().as_raw_fd()
+    }
+}
+
+impl Notifier {
+    /// Watches the directory open as `dir` for writes and new entries.
+    fn add(&self, dir: BorrowedFd<'_>) -> bool {
+        let mask = AddWatchFlags::IN_MODIFY | AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO;
+        let path = format!("/proc/self/fd/{}", dir.as_raw_fd());
+        self.0.add_watch(path.as_str(), mask).is_ok()
+    }
+
+    /// Reads every queued event; whether there was any.
+    fn drain(&self) -> bool {
+        let mut any = false;
+        while let Ok(events) = self.0.read_events() {
+            if events.is_empty() {
+                break;
+            }
+            any = true;
+        }
+        any
+    }
+}
+
+/// Waits for inotify events and consumes them (forever, without inotify).
+async fn events(n: &Option<Arc<AsyncFd<Notifier>>>) {
+    let Some(n) = n else {
+        return std::future::pending().await;
+    };
+    match n.readable().await {
+        Ok(mut guard) => {
+            n.get_ref().drain();
+            guard.clear_ready();
+        }
+        Err(_) => std::future::pending().await,
+    }
+}
+
+/// The watcher task: see the module documentation.
+async fn watch(
+    cap: DiskCap,
+    control: Weak<dyn SandboxControl>,
+    killed: Arc<Mutex<Option<String>>>,
+    mut requests: mpsc::UnboundedReceiver<oneshot::Sender<Option<Usage>>>,
+    mut stop: oneshot::Receiver<()>,
+) {
+    let notifier = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
+        .ok()
+        .and_then(|i| {
+            // SAFETY: `Notifier` owns the inotify descriptor for its whole life and always
+            // returns that same descriptor; the AsyncFd owns the Notifier.
+            unsafe { AsyncFd::register_with_interest(Notifier(i), tokio::io::Interest::READABLE) }
+                .ok()
+        })
+        .map(Arc::new);
+    let subject = cap.subject();
+    let mut base: Option<Usage> = None;
+    let mut last: Option<Usage> = None;
+    let mut dirty = true;
+    let mut watched = false;
+    let mut walk_time = Duration::ZERO;
+    let mut walked_at = Instant::now();
+    let mut backstop = Instant::now();
+    let mut failures = 0;
+    let mut waiting: Vec<oneshot::Sender<Option<Usage>>> = Vec::new();
+    loop {
+        let now = Instant::now();
+        dirty |= now >= backstop;
+        let gap = MIN_GAP.max(walk_time * 5);
+        if dirty && (base.is_none() || !waiting.is_empty() || now >= walked_at + gap) {
+            dirty = false;
+            let (roots, n) = (cap.accounted.clone(), notifier.clone());
+            let started = Instant::now();
+            let walked = tokio::task::spawn_blocking(move || {
+                let mut all_watched = n.is_some();
+                let u = usage::measure(&roots, &mut |fd| {
+                    if let Some(n) = &n {
+                        all_watched &= n.get_ref().add(fd);
+                    }
+                });
+                (u, all_watched)
+            })
+            .await;
+            walked_at = Instant::now();
+            walk_time = walked_at - started;
+            let (u, all_watched) = match walked {
+                Ok((u, all)) => (u, all),
+                Err(e) => (Err(std::io::Error::other(e.to_string())), false),
+            };
+            watched = all_watched;
+            let period = if watched { PERIOD } else { PERIOD_UNWATCHED };
+            backstop = walked_at + period.max(walk_time * 50);
+            tracing::trace!(usage = ?u, took_us = walk_time.as_micros() as u64, watched, "disk cap: measured");
+            let outcome = match u {
+                Ok(u) => {
+                    failures = 0;
+                    let rel = u.since(*base.get_or_insert(u));
+                    last = Some(rel);
+                    verdict(subject, rel, cap.limit)
+                }
+                Err(e) => {
+                    failures += 1;
+                    tracing::warn!(error = %e, failures, "could not measure a session's disk use");
+                    last = None;
+                    (failures >= MAX_FAILURES).then(|| {
+                        format!("{subject} could not be measured against limits.disk_mb ({e}): the sandbox was killed")
+                    })
+                }
+            };
+            if let Some(why) = outcome {
+                tracing::info!(reason = %why, "disk cap: killing the sandbox");
+                if let Ok(mut k) = killed.lock() {
+                    *k = Some(why);
+                }
+                if let Some(c) = control.upgrade() {
+                    c.kill();
+                }
+            }
+            for tx in waiting.drain(..) {
+                let _ = tx.send(last);
+            }
+            if killed.lock().map(|k| k.is_some()).unwrap_or(true) {
+                return;
+            }
+            continue;
+        }
+        let wake = if dirty { walked_at + gap } else { backstop };
+        tokio::select! {
+            biased;
+            _ = &mut stop => return,
+            _ = events(&notifier) => dirty = true,
+            req = requests.recv() => match req {
+                None => return,
+                Some(tx) => {
+                    // Writes whose events the kernel queued but this task has not read yet.
+                    let queued = notifier.as_ref().is_some_and(|n| n.get_ref().drain());
+                    dirty |= queued || !watched;
+                    if dirty {
+                        waiting.push(tx);
+                    } else {
+                        let _ = tx.send(last);
+                    }
+                }
+            },
+            _ = tokio::time::sleep_until(wake) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMIT: DiskLimit = DiskLimit {
+        mb: 32,
+        inodes: 2000,
+    };
+
+    fn usage(bytes: u64, inodes: u64) -> Usage {
+        Usage {
+            bytes,
+            inodes,
+            unreadable: 0,
+        }
+    }
+
+    #[test]
+    fn beyond_the_cap_the_sandbox_goes_and_the_message_says_why() {
+        let w = "the session's workspace";
+        assert_eq!(
+            verdict(w, usage(32 * MIB, 2000), LIMIT),
+            None,
+            "at the cap is fine"
+        );
+        let m = verdict(w, usage(32 * MIB + 1, 10), LIMIT).unwrap();
+        assert_eq!(m, "the session's workspace exceeded limits.disk_mb (32 MB) with 32.0 MB: the sandbox was killed; raise limits.disk_mb or clean up");
+        let m = verdict(w, usage(33 * MIB + MIB / 5, 10), LIMIT).unwrap();
+        assert!(m.contains("with 33.2 MB"), "{m}");
+        assert_eq!(mb(1500 * MIB), "1500");
+        let m = verdict(w, usage(0, 2001), LIMIT).unwrap();
+        assert!(
+            m.contains("limits.disk_inodes (2000 files and directories) with 2001"),
+            "{m}"
+        );
+        let mut u = usage(0, 1);
+        u.unreadable = 2;
+        assert!(verdict(w, u, LIMIT)
+            .unwrap()
+            .contains("2 directories sandpit cannot read"));
+    }
+
+    #[test]
+    fn a_nearly_full_workspace_is_reported_from_95_percent() {
+        let cap = LIMIT.bytes();
+        assert_eq!(
+            full_warning("the workspace", cap * 94 / 100, 10, LIMIT, true),
+            None
+        );
+        assert_eq!(
+            full_warning("the workspace", cap, 10, LIMIT, true).unwrap(),
+            "the workspace is full: 32.0 of 32 MB used (limits.disk_mb); writes fail with ENOSPC"
+        );
+        assert_eq!(
+            full_warning("the workspace", 0, 1999, LIMIT, true).unwrap(),
+            "the workspace is full: 1999 of 2000 files and directories (limits.disk_inodes); creating files fails with ENOSPC"
+        );
+        assert!(
+            full_warning("the session's workspace", cap * 96 / 100, 0, LIMIT, false)
+                .unwrap()
+                .ends_with("(limits.disk_mb); beyond it the sandbox is killed")
+        );
+    }
+
+    #[test]
+    fn figures_count_what_was_added() {
+        let base = usage(100 * MIB, 5000);
+        assert_eq!(usage(90 * MIB, 5100).since(base), usage(0, 100));
+    }
+
+    /// A sandbox that only records being killed.
+    #[derive(Default)]
+    struct Fake(std::sync::atomic::AtomicBool);
+
+    impl SandboxControl for Fake {
+        fn interrupt(&self) -> crate::error::Result<()> {
+            Ok(())
+        }
+        fn kill(&self) {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        fn wait(&self) -> crate::backend::BoxFuture<'_, crate::backend::ExitInfo> {
+            Box::pin(async { crate::backend::ExitInfo::default() })
+        }
+        fn host_workspace(&self) -> Option<std::path::PathBuf> {
+            None
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_watcher_kills_a_writer_soon_after_the_cap() {
+        let t = tempfile::tempdir().unwrap();
+        // What was there first is the baseline, not held against the cap.
+        std::fs::write(t.path().join("old"), vec![1u8; 8 << 20]).unwrap();
+        let fake = Arc::new(Fake::default());
+        let control: Arc<dyn SandboxControl> = fake.clone();
+        let limit = DiskLimit { mb: 4, inodes: 100 };
+        let cap = DiskCap {
+            limit,
+            workspace: t.path().into(),
+            workspace_mounted: false,
+            accounted: vec![t.path().into()],
+        };
+        let d = SessionDisk::start(cap, Arc::downgrade(&control));
+        let c = d.after_cell().await;
+        assert!(c.exceeded.is_none() && c.warnings.is_empty(), "{c:?}");
+        let killed = || fake.0.load(std::sync::atomic::Ordering::SeqCst);
+        // A writer as fast as it can go, in a subdirectory made after the watcher looked.
+        let dir = t.path().join("sub");
+        let writer = tokio::task::spawn_blocking({
+            let fake = fake.clone();
+            move || {
+                std::fs::create_dir(&dir).unwrap();
+                let mut written = 0u64;
+                let chunk = vec![7u8; 1 << 20];
+                let mut f = std::fs::File::create(dir.join("new")).unwrap();
+                let started = std::time::Instant::now();
+                while !fake.0.load(std::sync::atomic::Ordering::SeqCst)
+                    && written < 256 << 20
+                    && started.elapsed() < Duration::from_secs(5)
+                {
+                    std::io::Write::write_all(&mut f, &chunk).unwrap();
+                    written += 1 << 20;
+                }
+                written
+            }
+        });
+        let written = writer.await.unwrap();
+        assert!(killed(), "still alive after {} MiB", written >> 20);
+        eprintln!(
+            "killed after {} MiB written (cap {} MiB)",
+            written >> 20,
+            limit.mb
+        );
+        assert!(written <= 64 << 20, "{} MiB written", written >> 20);
+        let why = d.killed().unwrap();
+        assert!(why.contains("limits.disk_mb (4 MB)"), "{why}");
+        let c = d.after_cell().await;
+        assert_eq!(c.exceeded.as_deref(), Some(why.as_str()));
+    }
+}
