@@ -157,6 +157,12 @@ impl SandboxControl for PtyControl {
     }
 
     fn kill(&self) {
+        // Stop the whole group at once first (one signal, before the tree walk below): nothing
+        // in it writes, forks or spawns meanwhile; SIGKILL ends stopped processes too.
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(self.pgid),
+            nix::sys::signal::Signal::SIGSTOP,
+        );
         if let Some(k) = &self.extras.kill_all {
             k(self.pgid);
         }
