@@ -4,11 +4,13 @@
 //! - A workspace on its own capped tmpfs needs nothing from the session: writes beyond the cap
 //!   fail with ENOSPC. After each cell its fill (`statvfs`) is read, and a workspace at 95% or
 //!   more gets a warning, so an agent understands why its writes fail.
-//! - Accounted directories are watched by a task for as long as the sandbox lives. It measures
-//!   them ([`usage::measure`]) when inotify says something in them was written or created (at
-//!   most one walk per five walks' time, so a fast writer is caught within a walk or two), at
-//!   least every 500 ms (every 50 walks' time when walks are slow: at most 2% of a core), and at
-//!   the end of each cell. Beyond the cap, or when a directory cannot be measured, it kills the
+//! - Accounted directories are watched by a thread for as long as the sandbox lives (its own
+//!   thread, woken straight from `poll`, so a busy runtime does not delay it). It measures
+//!   them ([`usage::measure`]) when inotify says something in them was written or created (a
+//!   fast writer is caught within a walk or two; such walks are at least five walks' time
+//!   apart, so at most a sixth of a core goes to them), at least every 500 ms otherwise (every
+//!   100 ms where inotify cannot watch; every 50 walks' time when walks are slow), and at the
+//!   end of each cell. Beyond the cap, or when a directory cannot be measured, it kills the
 //!   sandbox: a running cell ends `killed` with a warning saying why, and the next cell starts a
 //!   new sandbox. The figures count what the session added: they are taken relative to the
 //!   first measurement (a caller's `--workspace` may hold more than the cap to begin with).
@@ -16,13 +18,12 @@
 use crate::backend::disk::usage::{self, Usage};
 use crate::backend::disk::{self, DiskCap, DiskLimit};
 use crate::backend::SandboxControl;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
-use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
-use tokio::io::unix::AsyncFd;
-use tokio::sync::{mpsc, oneshot};
-use tokio::time::Instant;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::{mpsc, Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
 
 /// The longest the watcher waits between two walks while nothing signals a write (inotify
 /// watches every directory) ...
@@ -45,12 +46,17 @@ pub(super) struct SessionDisk {
     watch: Option<Watch>,
 }
 
-/// The watcher task of accounted directories; dropping this ends it.
+/// The watcher thread of accounted directories; dropping this ends it (its wake-up pipe
+/// closes).
 struct Watch {
     killed: Arc<Mutex<Option<String>>>,
-    requests: mpsc::UnboundedSender<oneshot::Sender<Option<Usage>>>,
-    _stop: oneshot::Sender<()>,
+    requests: mpsc::Sender<Reply>,
+    /// A byte here wakes the thread for a queued request (`None`: no thread could start).
+    wake: Option<OwnedFd>,
 }
+
+/// Where the watcher sends an end-of-cell figure (`None`: none could be taken).
+type Reply = oneshot::Sender<Option<Usage>>;
 
 /// What the end of a cell found.
 #[derive(Debug, Default)]
@@ -61,21 +67,48 @@ pub(super) struct CellCheck {
 }
 
 impl SessionDisk {
-    /// Starts watching what `cap` accounts (if anything); `control` is killed beyond the cap.
-    /// Call within the tokio runtime.
+    /// Starts watching what `cap` accounts (if anything); `control` is killed beyond the cap,
+    /// or at once if no watcher can be started (the cap could not be held).
     pub(super) fn start(cap: DiskCap, control: Weak<dyn SandboxControl>) -> SessionDisk {
-        let watch = (!cap.accounted.is_empty()).then(|| {
-            let killed = Arc::new(Mutex::new(None));
-            let (requests, rx) = mpsc::unbounded_channel();
-            let (stop, stopped) = oneshot::channel();
-            tokio::spawn(watch(cap.clone(), control, killed.clone(), rx, stopped));
-            Watch {
+        if cap.accounted.is_empty() {
+            return SessionDisk { cap, watch: None };
+        }
+        let killed = Arc::new(Mutex::new(None));
+        let (requests, rx) = mpsc::channel();
+        let started =
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
+                .map_err(std::io::Error::from)
+                .and_then(|(wake_r, wake_w)| {
+                    let (cap, control, killed) = (cap.clone(), control.clone(), killed.clone());
+                    // Kills from the thread may spawn on the runtime (the Docker backend's do).
+                    let runtime = tokio::runtime::Handle::try_current().ok();
+                    std::thread::Builder::new()
+                        .name("sandpit-disk".into())
+                        .spawn(move || {
+                            let _entered = runtime.as_ref().map(|h| h.enter());
+                            watch(cap, control, killed, rx, wake_r)
+                        })
+                        .map(|_| wake_w)
+                });
+        let wake = match started {
+            Ok(wake) => Some(wake),
+            Err(e) => {
+                let why = format!(
+                    "{} cannot be held to limits.disk_mb (no watcher: {e}): the sandbox was killed",
+                    cap.subject()
+                );
+                kill(&killed, &control, why);
+                None
+            }
+        };
+        SessionDisk {
+            cap,
+            watch: Some(Watch {
                 killed,
                 requests,
-                _stop: stop,
-            }
-        });
-        SessionDisk { cap, watch }
+                wake,
+            }),
+        }
     }
 
     /// Why the watcher killed the sandbox, if it did.
@@ -101,7 +134,8 @@ impl SessionDisk {
         }
         if let Some(w) = &self.watch {
             let (tx, rx) = oneshot::channel();
-            if w.requests.send(tx).is_ok() {
+            if let (Some(wake), Ok(())) = (&w.wake, w.requests.send(tx)) {
+                let _ = nix::unistd::write(wake, b"r");
                 if let Ok(Ok(Some(u))) = tokio::time::timeout(AFTER_CELL_WAIT, rx).await {
                     check.warnings.extend(full_warning(
                         self.cap.subject(),
@@ -118,6 +152,17 @@ impl SessionDisk {
             }
         }
         check
+    }
+}
+
+/// Records why and kills the sandbox.
+fn kill(killed: &Mutex<Option<String>>, control: &Weak<dyn SandboxControl>, why: String) {
+    tracing::info!(reason = %why, "disk cap: killing the sandbox");
+    if let Ok(mut k) = killed.lock() {
+        *k = Some(why);
+    }
+    if let Some(c) = control.upgrade() {
+        c.kill();
     }
 }
 
@@ -188,67 +233,35 @@ fn mb(bytes: u64) -> String {
     }
 }
 
-/// An inotify instance that tokio can wait on.
-struct Notifier(Inotify);
-
-impl AsRawFd for Notifier {
-    fn as_raw_fd(&self) -> RawFd {
-        self.0.as_fd().as_raw_fd()
-    }
+/// Watches the directory open as `dir` for writes and new entries.
+fn add_watch(n: &Inotify, dir: BorrowedFd<'_>) -> bool {
+    let mask = AddWatchFlags::IN_MODIFY | AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO;
+    let path = format!("/proc/self/fd/{}", dir.as_raw_fd());
+    n.add_watch(path.as_str(), mask).is_ok()
 }
 
-impl Notifier {
-    /// Watches the directory open as `dir` for writes and new entries.
-    fn add(&self, dir: BorrowedFd<'_>) -> bool {
-        let mask = AddWatchFlags::IN_MODIFY | AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO;
-        let path = format!("/proc/self/fd/{}", dir.as_raw_fd());
-        self.0.add_watch(path.as_str(), mask).is_ok()
-    }
-
-    /// Reads every queued event; whether there was any.
-    fn drain(&self) -> bool {
-        let mut any = false;
-        while let Ok(events) = self.0.read_events() {
-            if events.is_empty() {
-                break;
-            }
-            any = true;
+/// Reads every queued event; whether there was any.
+fn drain_events(n: &Inotify) -> bool {
+    let mut any = false;
+    while let Ok(events) = n.read_events() {
+        if events.is_empty() {
+            break;
         }
-        any
+        any = true;
     }
+    any
 }
 
-/// Waits for inotify events and consumes them (forever, without inotify).
-async fn events(n: &Option<Arc<AsyncFd<Notifier>>>) {
-    let Some(n) = n else {
-        return std::future::pending().await;
-    };
-    match n.readable().await {
-        Ok(mut guard) => {
-            n.get_ref().drain();
-            guard.clear_ready();
-        }
-        Err(_) => std::future::pending().await,
-    }
-}
-
-/// The watcher task: see the module documentation.
-async fn watch(
+/// The watcher thread: see the module documentation. Ends when the sandbox is killed or the
+/// session lets go of it (the wake-up pipe closes).
+fn watch(
     cap: DiskCap,
     control: Weak<dyn SandboxControl>,
     killed: Arc<Mutex<Option<String>>>,
-    mut requests: mpsc::UnboundedReceiver<oneshot::Sender<Option<Usage>>>,
-    mut stop: oneshot::Receiver<()>,
+    requests: mpsc::Receiver<Reply>,
+    wake: OwnedFd,
 ) {
-    let notifier = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
-        .ok()
-        .and_then(|i| {
-            // SAFETY: `Notifier` owns the inotify descriptor for its whole life and always
-            // returns that same descriptor; the AsyncFd owns the Notifier.
-            unsafe { AsyncFd::register_with_interest(Notifier(i), tokio::io::Interest::READABLE) }
-                .ok()
-        })
-        .map(Arc::new);
+    let notifier = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).ok();
     let subject = cap.subject();
     let mut base: Option<Usage> = None;
     let mut last: Option<Usage> = None;
@@ -258,31 +271,22 @@ async fn watch(
     let mut walked_at = Instant::now();
     let mut backstop = Instant::now();
     let mut failures = 0;
-    let mut waiting: Vec<oneshot::Sender<Option<Usage>>> = Vec::new();
+    let mut waiting: Vec<Reply> = Vec::new();
     loop {
         let now = Instant::now();
         dirty |= now >= backstop;
         let gap = MIN_GAP.max(walk_time * 5);
         if dirty && (base.is_none() || !waiting.is_empty() || now >= walked_at + gap) {
             dirty = false;
-            let (roots, n) = (cap.accounted.clone(), notifier.clone());
             let started = Instant::now();
-            let walked = tokio::task::spawn_blocking(move || {
-                let mut all_watched = n.is_some();
-                let u = usage::measure(&roots, &mut |fd| {
-                    if let Some(n) = &n {
-                        all_watched &= n.get_ref().add(fd);
-                    }
-                });
-                (u, all_watched)
-            })
-            .await;
+            let mut all_watched = notifier.is_some();
+            let u = usage::measure(&cap.accounted, &mut |fd| {
+                if let Some(n) = &notifier {
+                    all_watched &= add_watch(n, fd);
+                }
+            });
             walked_at = Instant::now();
             walk_time = walked_at - started;
-            let (u, all_watched) = match walked {
-                Ok((u, all)) => (u, all),
-                Err(e) => (Err(std::io::Error::other(e.to_string())), false),
-            };
             watched = all_watched;
             let period = if watched { PERIOD } else { PERIOD_UNWATCHED };
             backstop = walked_at + period.max(walk_time * 50);
@@ -303,42 +307,63 @@ async fn watch(
                     })
                 }
             };
+            let over = outcome.is_some();
             if let Some(why) = outcome {
-                tracing::info!(reason = %why, "disk cap: killing the sandbox");
-                if let Ok(mut k) = killed.lock() {
-                    *k = Some(why);
-                }
-                if let Some(c) = control.upgrade() {
-                    c.kill();
-                }
+                kill(&killed, &control, why);
             }
             for tx in waiting.drain(..) {
                 let _ = tx.send(last);
             }
-            if killed.lock().map(|k| k.is_some()).unwrap_or(true) {
+            if over {
                 return;
             }
             continue;
         }
-        let wake = if dirty { walked_at + gap } else { backstop };
-        tokio::select! {
-            biased;
-            _ = &mut stop => return,
-            _ = events(&notifier) => dirty = true,
-            req = requests.recv() => match req {
-                None => return,
-                Some(tx) => {
-                    // Writes whose events the kernel queued but this task has not read yet.
-                    let queued = notifier.as_ref().is_some_and(|n| n.get_ref().drain());
-                    dirty |= queued || !watched;
-                    if dirty {
-                        waiting.push(tx);
-                    } else {
-                        let _ = tx.send(last);
-                    }
+        let wake_at = if dirty { walked_at + gap } else { backstop };
+        // Rounded up, so the loop does not spin on a sub-millisecond remainder.
+        let ms = wake_at
+            .saturating_duration_since(Instant::now())
+            .as_micros()
+            .div_ceil(1000);
+        let mut fds = vec![PollFd::new(wake.as_fd(), PollFlags::POLLIN)];
+        if let Some(n) = &notifier {
+            fds.push(PollFd::new(n.as_fd(), PollFlags::POLLIN));
+        }
+        if let Err(e) = poll(
+            &mut fds,
+            PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
+        ) {
+            if e != nix::errno::Errno::EINTR {
+                tracing::warn!(error = %e, "disk cap: poll failed");
+                std::thread::sleep(MIN_GAP);
+            }
+            continue;
+        }
+        let woken = fds[0].revents().unwrap_or(PollFlags::empty());
+        let events = fds
+            .get(1)
+            .and_then(|f| f.revents())
+            .is_some_and(|r| r.contains(PollFlags::POLLIN));
+        drop(fds);
+        if events {
+            dirty |= notifier.as_ref().is_some_and(drain_events);
+        }
+        if woken.contains(PollFlags::POLLIN) {
+            let mut buf = [0u8; 64];
+            while matches!(nix::unistd::read(wake.as_raw_fd(), &mut buf), Ok(n) if n > 0) {}
+            while let Ok(tx) = requests.try_recv() {
+                // Writes whose events the kernel queued but this thread has not read yet.
+                let queued = notifier.as_ref().is_some_and(drain_events);
+                dirty |= queued || !watched;
+                if dirty {
+                    waiting.push(tx);
+                } else {
+                    let _ = tx.send(last);
                 }
-            },
-            _ = tokio::time::sleep_until(wake) => {}
+            }
+        } else if woken.intersects(PollFlags::POLLHUP | PollFlags::POLLERR) {
+            // The session let go of the sandbox.
+            return;
         }
     }
 }
