@@ -919,7 +919,9 @@ mod containment {
     /// workspace holds on the host, measured while the cells run and after. As root, in a
     /// workspace sandpit made, a tmpfs caps it (ENOSPC inside); unprivileged, in a caller's
     /// directory, or where the Docker engine cannot see that tmpfs, the workspace is measured and
-    /// the sandbox killed soon after the cap (a fast writer gets somewhat past it first).
+    /// the sandbox killed soon after the cap (a fast writer gets a few MB past it first: the
+    /// oracle allows twice the cap there, well short of the four times each cell tries, which
+    /// is what an uncapped workspace takes).
     pub async fn disk_is_capped(ctx: Ctx) {
         const CAP_MB: u64 = 32;
         const CAP_INODES: u64 = 2000;
