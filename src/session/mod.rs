@@ -6,8 +6,8 @@
 //! the cell's end marker. A timeout first interrupts (SIGINT to the sandbox's process group),
 //! which keeps the session and its state when the interpreter recovers; if it does not answer
 //! within [`INTERRUPT_GRACE`], the sandbox is killed and the next call starts a new one
-//! (`session_restarted`). A sandbox that dies during a cell (crash, `exit`, memory limit) is
-//! reported the same way.
+//! (`session_restarted`). A sandbox that dies during a cell (crash, `exit`, memory limit, the
+//! disk cap's watcher: `disk.rs`) is reported the same way.
 
 mod disk;
 mod files;

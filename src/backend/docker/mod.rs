@@ -10,7 +10,8 @@
 //! Hard-coded, not configurable (see [`container_config`], checked by unit tests): never
 //! privileged, no host namespaces, no Docker socket or host system path mounted; a read-only
 //! root filesystem, every capability dropped, no-new-privileges, the image's non-root user,
-//! size-capped `noexec` tmpfs for `/tmp`, the workspace as the only writable mount, the policy's
+//! size-capped `noexec` tmpfs for `/tmp`, the workspace as the only writable mount (on a capped
+//! tmpfs where the engine sees it, else measured: `disk_cap.rs`), the policy's
 //! memory (no swap), pids and cpu limits, and network `none` unless the request's network is
 //! allowed; sandpit's own seccomp allowlist (the native backend's, in Docker's format) in place
 //! of the engine's default; no logging driver (an output flood must not fill the engine's disk).
