@@ -117,6 +117,15 @@ impl SessionDisk {
         w.killed.lock().ok().and_then(|k| k.clone())
     }
 
+    /// What the workspace's tmpfs holds now, when it has one (memory, as far as the memory
+    /// limit is concerned).
+    pub(super) fn tmpfs_bytes(&self) -> Option<u64> {
+        if !self.cap.workspace_mounted {
+            return None;
+        }
+        disk::fill(&self.cap.workspace).ok().map(|f| f.used_bytes)
+    }
+
     /// The end-of-cell check: a fresh figure, a warning when the workspace is nearly full.
     pub(super) async fn after_cell(&self) -> CellCheck {
         let mut check = CellCheck::default();
@@ -221,6 +230,18 @@ fn full_warning(
     } else {
         format!("{subject} is nearly full: {what} ({setting}); beyond it the sandbox is killed")
     })
+}
+
+/// For a sandbox the memory limit killed: a note when its workspace (a tmpfs, so memory) held
+/// a good part of that memory (a quarter or more), else nothing.
+pub(super) fn memory_note(workspace_bytes: Option<u64>, memory_mb: u64) -> String {
+    match workspace_bytes {
+        Some(b) if b.saturating_mul(4) >= memory_mb.saturating_mul(MIB) => format!(
+            " (its workspace held {} MB of files, which live in memory and count toward that limit: write less, or raise limits.memory_mb)",
+            mb(b)
+        ),
+        _ => String::new(),
+    }
 }
 
 /// Bytes in MiB: to a tenth below 100 (so 32.2 reads as more than a 32 MB cap), else whole.
@@ -429,6 +450,15 @@ mod tests {
             full_warning("the session's workspace", cap * 96 / 100, 0, LIMIT, false)
                 .unwrap()
                 .ends_with("(limits.disk_mb); beyond it the sandbox is killed")
+        );
+    }
+
+    #[test]
+    fn a_memory_kill_says_when_the_workspace_filled_the_memory() {
+        assert_eq!(memory_note(None, 512), "");
+        assert_eq!(memory_note(Some(100 * MIB), 512), "");
+        assert!(
+            memory_note(Some(480 * MIB), 512).starts_with(" (its workspace held 480 MB of files")
         );
     }
 

@@ -644,6 +644,8 @@ impl Session {
         // Why the disk cap killed the sandbox during the cell, if it did.
         let mut disk_kill: Option<String> = None;
         let mut disk_warnings = Vec::new();
+        // What a memory-backed workspace held when the sandbox died (it counts as memory).
+        let mut workspace_memory = None;
         if !died {
             if let Some(d) = self.running.as_ref().and_then(|r| r.disk.as_ref()) {
                 let check = d.after_cell().await;
@@ -677,6 +679,7 @@ impl Session {
                 exit_info = tokio::time::timeout(Duration::from_secs(5), run.control.wait())
                     .await
                     .ok();
+                workspace_memory = run.disk.as_ref().and_then(|d| d.tmpfs_bytes());
                 run.control.shutdown().await;
             }
             self.lost_state = false;
@@ -762,8 +765,9 @@ impl Session {
                     result.status = Status::Killed;
                     result.warnings.push(if exit.oom_killed {
                         format!(
-                            "killed by the memory limit ({} MB); the session was restarted",
-                            self.spec.limits.memory_mb
+                            "killed by the memory limit ({} MB); the session was restarted{}",
+                            self.spec.limits.memory_mb,
+                            disk::memory_note(workspace_memory, self.spec.limits.memory_mb)
                         )
                     } else {
                         "killed (SIGKILL); the session was restarted".to_string()
