@@ -68,11 +68,17 @@ pub(super) struct CellCheck {
 
 impl SessionDisk {
     /// Starts watching what `cap` accounts (if anything); `control` is killed beyond the cap,
-    /// or at once if no watcher can be started (the cap could not be held).
-    pub(super) fn start(cap: DiskCap, control: Weak<dyn SandboxControl>) -> SessionDisk {
+    /// or at once if no watcher can be started (the cap could not be held). The first
+    /// measurement, what the session's figures count from, is taken before this returns, so
+    /// before any cell runs, however late the watcher thread gets to run.
+    pub(super) async fn start(cap: DiskCap, control: Weak<dyn SandboxControl>) -> SessionDisk {
         if cap.accounted.is_empty() {
             return SessionDisk { cap, watch: None };
         }
+        let roots = cap.accounted.clone();
+        let first = tokio::task::spawn_blocking(move || First::take(&roots))
+            .await
+            .unwrap_or_else(|_| First::take(&[]));
         let killed = Arc::new(Mutex::new(None));
         let (requests, rx) = mpsc::channel();
         let started =
@@ -86,7 +92,7 @@ impl SessionDisk {
                         .name("sandpit-disk".into())
                         .spawn(move || {
                             let _entered = runtime.as_ref().map(|h| h.enter());
-                            watch(cap, control, killed, rx, wake_r)
+                            watch(cap, control, killed, rx, wake_r, first)
                         })
                         .map(|_| wake_w)
                 });
@@ -161,6 +167,37 @@ impl SessionDisk {
             }
         }
         check
+    }
+}
+
+/// The watcher's first measurement: its inotify instance (with every directory then present
+/// watched), and the figures the session's usage counts from.
+struct First {
+    notifier: Option<Inotify>,
+    base: Option<Usage>,
+    watched: bool,
+    took: Duration,
+}
+
+impl First {
+    fn take(roots: &[std::path::PathBuf]) -> First {
+        let notifier = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).ok();
+        let started = Instant::now();
+        let mut watched = notifier.is_some();
+        let base = usage::measure(roots, &mut |fd| {
+            if let Some(n) = &notifier {
+                watched &= add_watch(n, fd);
+            }
+        });
+        if let Err(e) = &base {
+            tracing::warn!(error = %e, "could not measure a session's disk use");
+        }
+        First {
+            notifier,
+            base: base.ok(),
+            watched,
+            took: started.elapsed(),
+        }
     }
 }
 
@@ -254,6 +291,24 @@ fn mb(bytes: u64) -> String {
     }
 }
 
+/// The watcher's niceness where it may raise its priority (root): a sandbox busy on every core
+/// (a fork bomb beside it, or itself) must not delay the walk that stops it.
+const WATCHER_NICE: i32 = -10;
+
+/// Raises the calling thread's priority to [`WATCHER_NICE`] when allowed; unprivileged, it
+/// stays as it is.
+fn prioritize_this_thread() {
+    // SAFETY: gettid and setpriority take and return plain integers; on Linux PRIO_PROCESS with
+    // a thread id sets that thread's nice value alone.
+    let r = unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, WATCHER_NICE)
+    };
+    if r != 0 {
+        tracing::trace!(error = %std::io::Error::last_os_error(), "disk cap: the watcher keeps its priority");
+    }
+}
+
 /// Watches the directory open as `dir` for writes and new entries.
 fn add_watch(n: &Inotify, dir: BorrowedFd<'_>) -> bool {
     let mask = AddWatchFlags::IN_MODIFY | AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO;
@@ -281,16 +336,21 @@ fn watch(
     killed: Arc<Mutex<Option<String>>>,
     requests: mpsc::Receiver<Reply>,
     wake: OwnedFd,
+    first: First,
 ) {
-    let notifier = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).ok();
+    prioritize_this_thread();
+    let First {
+        notifier,
+        mut base,
+        mut watched,
+        took: mut walk_time,
+    } = first;
     let subject = cap.subject();
-    let mut base: Option<Usage> = None;
-    let mut last: Option<Usage> = None;
-    let mut dirty = true;
-    let mut watched = false;
-    let mut walk_time = Duration::ZERO;
+    // Without a first figure, the first walk here takes it.
+    let mut last = base.map(|_| Usage::default());
+    let mut dirty = base.is_none();
     let mut walked_at = Instant::now();
-    let mut backstop = Instant::now();
+    let mut backstop = walked_at + if watched { PERIOD } else { PERIOD_UNWATCHED };
     let mut failures = 0;
     let mut waiting: Vec<Reply> = Vec::new();
     loop {
@@ -501,7 +561,7 @@ mod tests {
             workspace_mounted: false,
             accounted: vec![t.path().into()],
         };
-        let d = SessionDisk::start(cap, Arc::downgrade(&control));
+        let d = SessionDisk::start(cap, Arc::downgrade(&control)).await;
         let c = d.after_cell().await;
         assert!(c.exceeded.is_none() && c.warnings.is_empty(), "{c:?}");
         let killed = || fake.0.load(std::sync::atomic::Ordering::SeqCst);

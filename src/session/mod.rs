@@ -307,9 +307,10 @@ impl Session {
         }
         let launched = self.backend.launch(&self.spec).await?;
         let control: Arc<dyn SandboxControl> = launched.control.into();
-        let disk = control
-            .disk()
-            .map(|cap| disk::SessionDisk::start(cap, Arc::downgrade(&control)));
+        let disk = match control.disk() {
+            Some(cap) => Some(disk::SessionDisk::start(cap, Arc::downgrade(&control)).await),
+            None => None,
+        };
         let mut running = Running {
             terminal_in: launched.terminal_in,
             requests: launched.requests,
