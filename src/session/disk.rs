@@ -13,7 +13,9 @@
 //!   end of each cell. Beyond the cap, or when a directory cannot be measured, it kills the
 //!   sandbox: a running cell ends `killed` with a warning saying why, and the next cell starts a
 //!   new sandbox. The figures count what the session added: they are taken relative to the
-//!   first measurement (a caller's `--workspace` may hold more than the cap to begin with).
+//!   first measurement, made before the first cell (a caller's `--workspace` may hold more than
+//!   the cap to begin with). As root the thread runs at a raised priority, so a sandbox busy on
+//!   every core does not delay it.
 
 use crate::backend::disk::usage::{self, Usage};
 use crate::backend::disk::{self, DiskCap, DiskLimit};
