@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{exec, exec_timeout, host_process_with, Ctx};
+use common::{du, exec, exec_timeout, host_process_with, Ctx, DuSampler};
 use sandpit::session::{Session, SessionConfig};
 use sandpit::{ExecRequest, Language, Status};
 use std::time::Duration;
@@ -1214,6 +1214,126 @@ result = out"#
         b.kill().await;
     }
 
+    /// The disk cap (limits.disk_mb, limits.disk_inodes). Host oracle: what the session's
+    /// workspace holds on the host, measured while the cells run and after. As root, in a
+    /// workspace sandpit made, a tmpfs caps it (ENOSPC inside); unprivileged, in a caller's
+    /// directory, or where the Docker engine cannot see that tmpfs, the workspace is measured and
+    /// the sandbox killed soon after the cap (a fast writer gets a few MB past it first: the
+    /// oracle allows twice the cap there, well short of the four times each cell tries, which
+    /// is what an uncapped workspace takes).
+    pub async fn disk_is_capped(ctx: Ctx) {
+        const CAP_MB: u64 = 32;
+        const CAP_INODES: u64 = 2000;
+        let cap = CAP_MB << 20;
+        let mut policy = ctx.policy.clone();
+        policy.limits.disk_mb = CAP_MB;
+        policy.limits.disk_inodes = CAP_INODES;
+        // Each cell tries four times the cap, and stops at the first error.
+        let fill_bytes = format!(
+            "import errno\nwritten, err = 0, None\ntry:\n    while written < {}:\n        with open(f'chunk{{written >> 20}}', 'wb') as f:\n            f.write(b'x' * (1 << 20))\n        written += 1 << 20\nexcept OSError as e:\n    err = errno.errorcode.get(e.errno, str(e.errno))\nresult = {{'mib': written >> 20, 'err': err}}",
+            4 * cap
+        );
+        let fill_inodes = format!(
+            "import errno, os\nmade, err = 0, None\ntry:\n    os.makedirs('many', exist_ok=True)\n    while made < {}:\n        open(f'many/f{{made}}', 'w').close()\n        made += 1\nexcept OSError as e:\n    err = errno.errorcode.get(e.errno, str(e.errno))\nresult = {{'files': made, 'err': err}}",
+            4 * CAP_INODES
+        );
+        let long = Duration::from_secs(60);
+        let err_of = |r: &sandpit::ExecResult| r.result.as_ref().map(|v| v["err"].clone());
+        let warned =
+            |r: &sandpit::ExecResult, what: &str| r.warnings.iter().any(|w| w.contains(what));
+
+        // 1. The session's own workspace.
+        let mut s = ctx.session_with(Language::Python, &policy, None).await;
+        let ws = s.host_workspace().expect("a host workspace");
+        let sampler = DuSampler::start(ws.clone());
+        let r = exec_timeout(&mut s, &fill_bytes, long).await;
+        let (peak, _) = sampler.stop();
+        match r.status {
+            Status::Ok => {
+                eprintln!("disk cap: a filesystem (ENOSPC inside); peak {peak} bytes");
+                // A filesystem cap: the write failed inside, and the host holds the cap at most.
+                assert_eq!(err_of(&r), Some(serde_json::json!("ENOSPC")), "{r:?}");
+                assert!(warned(&r, "the workspace is full: 32.0 of 32 MB used (limits.disk_mb); writes fail with ENOSPC"), "{r:?}");
+                let (bytes, _) = du(&ws);
+                assert!(
+                    bytes <= cap + (1 << 20) && peak <= cap + (1 << 20),
+                    "the workspace holds {bytes} bytes (peak {peak}) under a cap of {cap}"
+                );
+                let sampler = DuSampler::start(ws.clone());
+                let r = exec_timeout(&mut s, &fill_inodes, long).await;
+                let (_, peak_n) = sampler.stop();
+                assert_eq!(r.status, Status::Ok, "{r:?}");
+                assert_eq!(err_of(&r), Some(serde_json::json!("ENOSPC")), "{r:?}");
+                let (_, n) = du(&ws);
+                assert!(
+                    n <= CAP_INODES && peak_n <= CAP_INODES,
+                    "{n} entries (peak {peak_n}) under a cap of {CAP_INODES}"
+                );
+                // The session lives on, state and all, and can free space.
+                let r = exec(
+                    &mut s,
+                    "import shutil\nshutil.rmtree('many')\nresult = written",
+                )
+                .await;
+                assert_eq!(r.result, Some(serde_json::json!(cap)), "{r:?}");
+                assert!(!r.session_restarted, "{r:?}");
+            }
+            Status::Killed => {
+                eprintln!("disk cap: accounting (killed); peak {peak} bytes");
+                // Accounting: killed soon after the cap, saying why; the next cell runs anew.
+                assert!(r.session_restarted, "{r:?}");
+                assert!(warned(&r, "exceeded limits.disk_mb (32 MB)"), "{r:?}");
+                assert!(
+                    peak <= 2 * cap,
+                    "the workspace reached {peak} bytes under a cap of {cap}"
+                );
+                let r = exec(&mut s, "result = 1").await;
+                assert_eq!(r.result, Some(serde_json::json!(1)), "{r:?}");
+                let ws = s.host_workspace().expect("a host workspace");
+                let sampler = DuSampler::start(ws);
+                let r = exec_timeout(&mut s, &fill_inodes, long).await;
+                let (_, peak_n) = sampler.stop();
+                assert_eq!(r.status, Status::Killed, "{r:?}");
+                assert!(
+                    warned(
+                        &r,
+                        "exceeded limits.disk_inodes (2000 files and directories)"
+                    ),
+                    "{r:?}"
+                );
+                assert!(
+                    peak_n <= 2 * CAP_INODES,
+                    "{peak_n} entries under a cap of {CAP_INODES}"
+                );
+                let r = exec(&mut s, "result = 2").await;
+                assert_eq!(r.result, Some(serde_json::json!(2)), "{r:?}");
+            }
+            _ => panic!("neither refused nor killed: {r:?}"),
+        }
+        s.kill().await;
+
+        // 2. A caller's directory is never mounted over: it is measured, and it stays, so the
+        // host can see exactly what the sandbox left in it.
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = ctx
+            .session_with(Language::Python, &policy, Some(dir.path().to_path_buf()))
+            .await;
+        let r = exec_timeout(&mut s, &fill_bytes, long).await;
+        assert_eq!(r.status, Status::Killed, "{r:?}");
+        assert!(warned(&r, "exceeded limits.disk_mb (32 MB)"), "{r:?}");
+        s.kill().await;
+        let (bytes, _) = du(dir.path());
+        eprintln!("disk cap: a caller's workspace (killed) holds {bytes} bytes");
+        assert!(
+            bytes <= 2 * cap,
+            "the caller's workspace holds {bytes} bytes under a cap of {cap}"
+        );
+
+        // The host is healthy: a new session works.
+        let r = ctx.run(Language::Python, "result = 1").await;
+        assert_eq!(r.result, Some(serde_json::json!(1)), "{r:?}");
+    }
+
     pub async fn terminal_escapes_do_not_break_the_protocol(ctx: Ctx) {
         // Control bytes, a fake prompt, ^D and ^C bytes on stdout: just output.
         let r = ctx.run(Language::Python, "import sys\nsys.stdout.write('\\x04\\x03\\x1b]0;title\\x07\\x1b[2J>>> \\r\\n')\nresult = 'ok'").await;
@@ -1263,6 +1383,7 @@ matrix!(containment; [linux, linux_no_ns, linux_no_ns_abi4, docker];
     daemons_die_with_the_session,
     sessions_cannot_see_each_other,
     terminal_escapes_do_not_break_the_protocol,
+    disk_is_capped,
 );
 
 fn vm_hwm_kb() -> u64 {

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use tokio::io::{AsyncRead, AsyncWrite};
 
+pub mod disk;
 pub mod docker;
 #[cfg(target_os = "linux")]
 pub mod linux;
@@ -187,6 +188,10 @@ pub trait SandboxControl: Send + Sync {
     fn host_workspace(&self) -> Option<PathBuf>;
     /// The sandbox's process group on this host, when it has one (for measurements).
     fn process_group(&self) -> Option<i32> {
+        None
+    }
+    /// How the session's disk cap is enforced on this sandbox (`None`: it is not).
+    fn disk(&self) -> Option<disk::DiskCap> {
         None
     }
 }

@@ -58,6 +58,8 @@ pub struct Extras {
     /// the spawned process's pid, before the process-group kill (which ends that process).
     pub kill_all: Option<Box<dyn Fn(i32) + Send + Sync>>,
     pub workspace: Option<PathBuf>,
+    /// How the disk cap is enforced (the mounts themselves live in `guard`).
+    pub disk: Option<super::disk::DiskCap>,
 }
 
 /// Spawns `program` as a session leader on a new PTY with the session channels.
@@ -155,6 +157,12 @@ impl SandboxControl for PtyControl {
     }
 
     fn kill(&self) {
+        // Stop the whole group at once first (one signal, before the tree walk below): nothing
+        // in it writes, forks or spawns meanwhile; SIGKILL ends stopped processes too.
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(self.pgid),
+            nix::sys::signal::Signal::SIGSTOP,
+        );
         if let Some(k) = &self.extras.kill_all {
             k(self.pgid);
         }
@@ -196,6 +204,10 @@ impl SandboxControl for PtyControl {
 
     fn process_group(&self) -> Option<i32> {
         Some(self.pgid)
+    }
+
+    fn disk(&self) -> Option<super::disk::DiskCap> {
+        self.extras.disk.clone()
     }
 }
 

@@ -3,8 +3,9 @@
 //! A sandpit process holds an exclusive `flock` on `<session dir>/.owner` for as long as the
 //! session lives; the kernel drops the lock when the process dies, however it dies (SIGKILL
 //! included). When a backend starts, directories whose lock can be taken and that are older
-//! than a minute are leftovers and are removed. The age check covers the moment between
-//! creating a directory and locking it.
+//! than a minute are leftovers and are removed, after the mounts beneath them (a session's
+//! capped tmpfs) are detached. The age check covers the moment between creating a directory
+//! and locking it.
 
 use std::fs::File;
 use std::os::unix::fs::OpenOptionsExt;
@@ -55,6 +56,8 @@ pub fn sweep(parent: &Path) -> usize {
         if !meta.is_dir() || !old || owned(&path) {
             continue;
         }
+        // Its disk-cap tmpfs mounts first: removing through a live mount would only empty it.
+        super::disk::detach_mounts_under(&path);
         match std::fs::remove_dir_all(&path) {
             Ok(()) => removed += 1,
             Err(err) => {

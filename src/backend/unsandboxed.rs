@@ -64,6 +64,8 @@ impl super::Backend for UnsandboxedBackend {
                     oom_killed: None,
                     kill_all: None,
                     workspace: Some(workspace),
+                    // No limit of any kind applies here, the disk cap included.
+                    disk: None,
                 },
             )
         })

@@ -78,6 +78,11 @@ pub struct Limits {
     pub tmp_size_mb: u64,
     /// The longest `timeout_ms` a request may ask for (at most 300000).
     pub timeout_max_ms: u64,
+    /// What a session may store in its workspace, in MiB (a tmpfs of this size as root, else
+    /// measured and the sandbox killed beyond it; see `backend::disk`). Policy only.
+    pub disk_mb: u64,
+    /// How many files and directories a session may have in its workspace. Policy only.
+    pub disk_inodes: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -251,6 +256,12 @@ impl Policy {
                 "limits are too small to start an interpreter (memory_mb >= {MIN_MEMORY_MB}, pids >= {MIN_PIDS}, output_bytes >= {MIN_OUTPUT_BYTES}, cpus >= {MIN_CPUS}, open_files >= 16)"
             )));
         }
+        if l.disk_mb == 0 || l.disk_inodes == 0 {
+            return Err(Error::Config(format!(
+                "limits.disk_mb ({}) and limits.disk_inodes ({}) must be at least 1: they cap what a session may store in its workspace",
+                l.disk_mb, l.disk_inodes
+            )));
+        }
         Ok(())
     }
 
@@ -410,6 +421,8 @@ pub const ENV_KEYS: &[(&str, &str, &str)] = &[
     ("SANDPIT_OPEN_FILES", "limits", "open_files"),
     ("SANDPIT_TMP_SIZE_MB", "limits", "tmp_size_mb"),
     ("SANDPIT_TIMEOUT_MAX_MS", "limits", "timeout_max_ms"),
+    ("SANDPIT_DISK_MB", "limits", "disk_mb"),
+    ("SANDPIT_DISK_INODES", "limits", "disk_inodes"),
     ("SANDPIT_NETWORK_ALLOW", "network", "allow"),
     (
         "SANDPIT_PACKAGES_TIMEOUT_MS",
@@ -664,6 +677,27 @@ mod tests {
         );
         p.network.allow = true;
         p.validate(&req).unwrap();
+    }
+
+    #[test]
+    fn disk_caps_come_from_the_policy_and_must_be_positive() {
+        let p = Policy::default();
+        assert_eq!((p.limits.disk_mb, p.limits.disk_inodes), (1024, 65536));
+        let mut v: toml::Value = toml::from_str(DEFAULT_POLICY).unwrap();
+        apply_env(&mut v, |k| match k {
+            "SANDPIT_DISK_MB" => Some("64".into()),
+            "SANDPIT_DISK_INODES" => Some("2000".into()),
+            _ => None,
+        })
+        .unwrap();
+        let p: Policy = v.try_into().unwrap();
+        assert_eq!((p.limits.disk_mb, p.limits.disk_inodes), (64, 2000));
+        for (mb, inodes) in [(0, 1), (1, 0)] {
+            let mut p = Policy::default();
+            p.limits.disk_mb = mb;
+            p.limits.disk_inodes = inodes;
+            assert!(p.check().is_err(), "disk_mb {mb}, disk_inodes {inodes}");
+        }
     }
 
     #[test]

@@ -6,9 +6,10 @@
 //! the cell's end marker. A timeout first interrupts (SIGINT to the sandbox's process group),
 //! which keeps the session and its state when the interpreter recovers; if it does not answer
 //! within [`INTERRUPT_GRACE`], the sandbox is killed and the next call starts a new one
-//! (`session_restarted`). A sandbox that dies during a cell (crash, `exit`, memory limit) is
-//! reported the same way.
+//! (`session_restarted`). A sandbox that dies during a cell (crash, `exit`, memory limit, the
+//! disk cap's watcher: `disk.rs`) is reported the same way.
 
+mod disk;
 mod files;
 pub mod manager;
 pub mod packages;
@@ -124,9 +125,11 @@ struct Running {
     responses: BufReader<Reader>,
     stdout: mpsc::Receiver<Vec<u8>>,
     stderr: mpsc::Receiver<Vec<u8>>,
-    control: Box<dyn SandboxControl>,
+    control: Arc<dyn SandboxControl>,
     version: String,
     layers: Option<crate::backend::LayersReport>,
+    /// The disk cap's watcher and end-of-cell check (`disk.rs`).
+    disk: Option<disk::SessionDisk>,
 }
 
 /// A persistent interpreter session.
@@ -320,15 +323,21 @@ impl Session {
             return Ok(());
         }
         let launched = self.backend.launch(&self.spec).await?;
+        let control: Arc<dyn SandboxControl> = launched.control.into();
+        let disk = match control.disk() {
+            Some(cap) => Some(disk::SessionDisk::start(cap, Arc::downgrade(&control)).await),
+            None => None,
+        };
         let mut running = Running {
             terminal_in: launched.terminal_in,
             requests: launched.requests,
             responses: BufReader::new(launched.responses),
             stdout: pump(launched.stdout),
             stderr: pump(launched.stderr),
-            control: launched.control,
+            control,
             version: String::new(),
             layers: None,
+            disk,
         };
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
@@ -513,6 +522,16 @@ impl Session {
     pub async fn execute(&mut self, code: &str, opts: ExecOptions) -> Result<ExecResult> {
         let started = Instant::now();
         let mut was_lost = std::mem::take(&mut self.lost_state);
+        // The disk cap's watcher killed the sandbox between cells (a background writer).
+        let disk_killed = self
+            .running
+            .as_ref()
+            .and_then(|r| r.disk.as_ref())
+            .and_then(|d| d.killed());
+        if disk_killed.is_some() {
+            self.kill().await;
+            was_lost = true;
+        }
         let recycled = self.recycle_reason();
         if let Some(reason) = &recycled {
             tracing::info!(session = %self.id, reason = %reason, "recycling the session's sandbox");
@@ -640,10 +659,30 @@ impl Session {
         }
 
         let mut exit_info: Option<ExitInfo> = None;
+        // Why the disk cap killed the sandbox during the cell, if it did.
+        let mut disk_kill: Option<String> = None;
+        let mut disk_warnings = Vec::new();
+        // What a memory-backed workspace held when the sandbox died (it counts as memory).
+        let mut workspace_memory = None;
+        if !died {
+            if let Some(d) = self.running.as_ref().and_then(|r| r.disk.as_ref()) {
+                let check = d.after_cell().await;
+                disk_warnings = check.warnings;
+                if let Some(why) = check.exceeded {
+                    // Over the cap at the end of the cell: the sandbox goes now.
+                    if let Some(r) = self.running.take() {
+                        r.control.kill();
+                        r.control.shutdown().await;
+                    }
+                    disk_kill = Some(why);
+                }
+            }
+        }
         if died {
             // Collect what was written before the end, then how the sandbox ended.
             let run = self.running.take();
             if let Some(mut run) = run {
+                disk_kill = run.disk.as_ref().and_then(|d| d.killed());
                 let collect = async {
                     loop {
                         tokio::select! {
@@ -658,6 +697,7 @@ impl Session {
                 exit_info = tokio::time::timeout(Duration::from_secs(5), run.control.wait())
                     .await
                     .ok();
+                workspace_memory = run.disk.as_ref().and_then(|d| d.tmpfs_bytes());
                 run.control.shutdown().await;
             }
             self.lost_state = false;
@@ -677,7 +717,7 @@ impl Session {
             timed_out,
             truncated: out.sink.capture.truncated() || err.sink.capture.truncated(),
             session_id: Some(self.id.clone()),
-            session_restarted: was_lost || died,
+            session_restarted: was_lost || died || disk_kill.is_some(),
             backend: self.backend_name().to_string(),
             language,
             duration_ms: started.elapsed().as_secs_f64() * 1000.0,
@@ -688,6 +728,12 @@ impl Session {
             result.warnings.insert(
                 0,
                 format!("the session's sandbox was recycled {reason}; its state was lost"),
+            );
+        }
+        if let Some(why) = disk_killed {
+            result.warnings.insert(
+                0,
+                format!("between cells, {why}; this cell ran in a new sandbox (state lost)"),
             );
         }
         for s in [&out, &err] {
@@ -725,7 +771,9 @@ impl Session {
             (None, exit) => {
                 let exit = exit.unwrap_or_default();
                 result.exit_code = exit.code.or(exit.signal.map(|s| 128 + s));
-                if timed_out {
+                if disk_kill.is_some() {
+                    // Reported below.
+                } else if timed_out {
                     result.status = Status::Timeout;
                     result.warnings.push(format!(
                         "timed out after {} ms and did not respond to an interrupt: the session was killed; its state is lost",
@@ -735,8 +783,9 @@ impl Session {
                     result.status = Status::Killed;
                     result.warnings.push(if exit.oom_killed {
                         format!(
-                            "killed by the memory limit ({} MB); the session was restarted",
-                            self.spec.limits.memory_mb
+                            "killed by the memory limit ({} MB); the session was restarted{}",
+                            self.spec.limits.memory_mb,
+                            disk::memory_note(workspace_memory, self.spec.limits.memory_mb)
                         )
                     } else {
                         "killed (SIGKILL); the session was restarted".to_string()
@@ -750,6 +799,12 @@ impl Session {
                 }
             }
         }
+        if let Some(why) = disk_kill {
+            // Killed by the disk cap, during the cell or at its end (its output stands).
+            result.status = Status::Killed;
+            result.warnings.push(why);
+        }
+        result.warnings.extend(disk_warnings);
         if result.status == Status::Timeout {
             // The TIMEOUT code of interface.md §1, beside the status, so a client that reads
             // only `error` learns it too.

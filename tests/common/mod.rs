@@ -119,6 +119,26 @@ impl Ctx {
             .expect("session starts")
     }
 
+    /// A session under another policy (its limits) and, optionally, in a caller's workspace
+    /// directory (which the backend never mounts over and keeps after the session).
+    pub async fn session_with(
+        &self,
+        lang: Language,
+        policy: &Policy,
+        workspace: Option<std::path::PathBuf>,
+    ) -> Session {
+        let config = SessionConfig {
+            language: lang,
+            session_id: None,
+            workspace,
+            network: false,
+            limits: policy.limits.clone(),
+        };
+        Session::start(policy, self.backend.clone(), config)
+            .await
+            .expect("session starts")
+    }
+
     /// One cell in a fresh session.
     pub async fn run(&self, lang: Language, code: &str) -> ExecResult {
         let mut s = self.session(lang).await;
@@ -193,6 +213,65 @@ pub fn registry_reachable() -> bool {
         }
     }
     true
+}
+
+/// What a directory tree holds, measured on the host like `du`: allocated bytes
+/// (`st_blocks * 512`) and entries (the root included), never following a symlink or crossing
+/// into another filesystem. Entries that vanish while it looks are skipped.
+pub fn du(root: &std::path::Path) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(top) = std::fs::symlink_metadata(root) else {
+        return (0, 0);
+    };
+    let (mut bytes, mut entries) = (top.blocks() * 512, 1);
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        let Ok(list) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in list.flatten() {
+            let Ok(m) = std::fs::symlink_metadata(e.path()) else {
+                continue;
+            };
+            if m.dev() != top.dev() {
+                continue;
+            }
+            bytes += m.blocks() * 512;
+            entries += 1;
+            if m.is_dir() {
+                dirs.push(e.path());
+            }
+        }
+    }
+    (bytes, entries)
+}
+
+/// Samples [`du`] of a directory on a host thread until stopped; the largest figures seen.
+pub struct DuSampler {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<(u64, u64)>,
+}
+
+impl DuSampler {
+    pub fn start(root: std::path::PathBuf) -> Self {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut peak = (0, 0);
+            while !flag.load(std::sync::atomic::Ordering::SeqCst) {
+                let (b, n) = du(&root);
+                peak = (peak.0.max(b), peak.1.max(n));
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            peak
+        });
+        DuSampler { stop, thread }
+    }
+
+    pub fn stop(self) -> (u64, u64) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.thread.join().expect("sampler")
+    }
 }
 
 /// Whether any process on the host has `needle` in its command line.

@@ -10,13 +10,16 @@
 //! Hard-coded, not configurable (see [`container_config`], checked by unit tests): never
 //! privileged, no host namespaces, no Docker socket or host system path mounted; a read-only
 //! root filesystem, every capability dropped, no-new-privileges, the image's non-root user,
-//! size-capped `noexec` tmpfs for `/tmp`, the workspace as the only writable mount, the policy's
+//! size-capped `noexec` tmpfs for `/tmp`, the workspace as the only writable mount (on a capped
+//! tmpfs where the engine sees it, else measured: `disk_cap.rs`), the policy's
 //! memory (no swap), pids and cpu limits, and network `none` unless the request's network is
 //! allowed; sandpit's own seccomp allowlist (the native backend's, in Docker's format) in place
 //! of the engine's default; no logging driver (an output flood must not fill the engine's disk).
 
+pub mod disk_cap;
 pub mod image;
 pub mod seccomp_profile;
+pub mod stop_now;
 
 use super::{Availability, BackendKind, BoxFuture, ExitInfo, LaunchSpec, Launched, SandboxControl};
 use crate::error::{Error, Result};
@@ -353,9 +356,12 @@ impl DockerBackend {
             base: base.clone(),
             docker: self.docker.clone(),
             container: None,
+            disk: None,
             owner: Some(owner),
         };
         prepare_workspace(&workspace)?;
+        // The disk cap: a tmpfs on a workspace made here, as root, kept if the engine sees it.
+        guard.disk = disk_cap::mount(&workspace, spec.workspace.is_none(), &spec.limits);
         for f in ["req", "resp"] {
             let p = channels.join(f);
             nix::unistd::mkfifo(&p, nix::sys::stat::Mode::from_bits_truncate(0o666))
@@ -379,6 +385,12 @@ impl DockerBackend {
             .map_err(|e| Error::sandbox(format!("create the session container: {e}")))?;
         let id = created.id;
         guard.container = Some(id.clone());
+        if guard.disk.is_some() && !disk_cap::engine_sees_it(&self.docker, &id).await {
+            if let Some(m) = guard.disk.take() {
+                disk_cap::give_up(m, &workspace);
+            }
+        }
+        let disk = disk_cap::cap(&workspace, guard.disk.is_some(), &spec.limits);
         let attach = self
             .docker
             .attach_container(
@@ -402,6 +414,7 @@ impl DockerBackend {
             )
             .await
             .map_err(|e| Error::sandbox(format!("start the session container: {e}")))?;
+        let stopper = stop_now::find(Path::new("/sys/fs/cgroup"), &id);
         let (requests, responses) = open_channels(&channels).await?;
         tracing::debug!(container = %id, session = %spec.session_id, "docker sandbox started");
         Ok(Launched {
@@ -414,6 +427,8 @@ impl DockerBackend {
                 docker: self.docker.clone(),
                 id,
                 workspace,
+                disk,
+                stopper,
                 guard: Arc::new(std::sync::Mutex::new(Some(guard))),
             }),
         })
@@ -591,6 +606,9 @@ struct DirGuard {
     base: PathBuf,
     docker: Docker,
     container: Option<String>,
+    /// The workspace's capped tmpfs: detached (after the container is gone) before the
+    /// directory is removed.
+    disk: Option<super::disk::CappedMount>,
     /// Held until the directory is gone, so no other process's sweep takes it for a leftover.
     owner: Option<super::session_dirs::OwnerLock>,
 }
@@ -600,6 +618,7 @@ impl DirGuard {
         if let Some(id) = self.container.take() {
             remove_container(&self.docker, &id).await;
         }
+        self.disk.take();
         let _ = std::fs::remove_dir_all(&self.base);
         self.owner.take();
     }
@@ -611,13 +630,16 @@ impl Drop for DirGuard {
             let docker = self.docker.clone();
             let base = self.base.clone();
             let owner = self.owner.take();
+            let disk = self.disk.take();
             let remove = async move {
                 remove_container(&docker, &id).await;
+                drop(disk);
                 let _ = std::fs::remove_dir_all(&base);
                 drop(owner);
             };
             run_detached(remove);
         } else if self.owner.is_some() {
+            self.disk.take();
             let _ = std::fs::remove_dir_all(&self.base);
         }
     }
@@ -627,6 +649,9 @@ struct DockerControl {
     docker: Docker,
     id: String,
     workspace: PathBuf,
+    disk: super::disk::DiskCap,
+    /// Stops the container's processes through its cgroup, ahead of the engine's kill.
+    stopper: Option<stop_now::Stopper>,
     guard: Arc<std::sync::Mutex<Option<DirGuard>>>,
 }
 
@@ -650,7 +675,20 @@ impl SandboxControl for DockerControl {
     }
 
     fn kill(&self) {
-        self.signal("SIGKILL");
+        let Some(stopper) = self.stopper.clone() else {
+            return self.signal("SIGKILL");
+        };
+        let thaw = stopper.stop();
+        let (docker, id) = (self.docker.clone(), self.id.clone());
+        run_detached(async move {
+            let signal = "SIGKILL".to_string();
+            let _ = docker
+                .kill_container(&id, Some(KillContainerOptions { signal }))
+                .await;
+            if thaw {
+                stopper.thaw();
+            }
+        });
     }
 
     fn shutdown(&self) -> BoxFuture<'_, ()> {
@@ -694,6 +732,10 @@ impl SandboxControl for DockerControl {
 
     fn host_workspace(&self) -> Option<PathBuf> {
         Some(self.workspace.clone())
+    }
+
+    fn disk(&self) -> Option<super::disk::DiskCap> {
+        Some(self.disk.clone())
     }
 }
 

@@ -411,6 +411,7 @@ impl LinuxBackend {
             base: base.clone(),
             cgroup: None,
             uid: None,
+            disk: Vec::new(),
             _owner: owner,
         };
         for d in [&dirs.workspace, &dirs.tmp, &dirs.home, &dirs.root] {
@@ -452,6 +453,17 @@ impl LinuxBackend {
             }
         }
         guard.uid = uid_lease;
+        // The disk cap (backend/disk): as root a capped tmpfs on each directory made here, else
+        // accounting. Without a mount namespace the sandbox writes to its host tmp and home too.
+        let scratch: &[&Path] = if ns.ok { &[] } else { &[&dirs.tmp, &dirs.home] };
+        let (mounts, disk) = super::disk::cap_session(
+            &spec.limits,
+            (&dirs.workspace, spec.workspace.is_none()),
+            scratch,
+            session_ids.unwrap_or((uid, gid)),
+            is_root,
+        );
+        guard.disk = mounts;
         if let Some(v) = cgroup::detect() {
             static SWEPT: std::sync::Once = std::sync::Once::new();
             SWEPT.call_once(|| cgroup::remove_stale(v));
@@ -537,6 +549,7 @@ impl LinuxBackend {
                     }
                 })),
                 workspace: Some(dirs.workspace.clone()),
+                disk: Some(disk),
             },
         )
     }
@@ -551,11 +564,15 @@ fn tasks_of_uid(uid: u32) -> u64 {
         .sum()
 }
 
-/// Cleans up a session's host state: its cgroup, its uid slot and its directory.
+/// Cleans up a session's host state: its cgroup, its uid slot, its disk-cap mounts and its
+/// directory.
 struct SessionGuard {
     base: PathBuf,
     cgroup: Option<cgroup::Cgroup>,
     uid: Option<uid::UidLease>,
+    /// Detached before the directory is removed (else the removal would empty a live tmpfs
+    /// and fail on its mount point).
+    disk: Vec<super::disk::CappedMount>,
     /// Released (as a field, after `drop` removed the directory) when the session ends.
     _owner: super::session_dirs::OwnerLock,
 }
@@ -572,6 +589,7 @@ impl Drop for SessionGuard {
         if let Some(lease) = self.uid.take() {
             sysv_ipc::remove_owned_by(lease.uid);
         }
+        self.disk.clear();
         if let Err(e) = std::fs::remove_dir_all(&self.base) {
             tracing::debug!(path = %self.base.display(), error = %e, "could not remove session directory");
         }
