@@ -218,6 +218,13 @@ pub struct ExecResult {
 }
 
 impl ExecResult {
+    /// The error that stands in for a result: the execution was refused or failed. A timeout
+    /// carries `error.code = TIMEOUT` too, but it ran, and its result (output, state kept or
+    /// not) is what a caller wants: `None` then. HTTP answers the former with an error status.
+    pub fn failure(&self) -> Option<&ErrorInfo> {
+        self.error.as_ref().filter(|_| !self.timed_out)
+    }
+
     /// A result for an execution that never ran because of `err`.
     pub fn from_error(req_language: Language, backend: &str, err: &crate::Error) -> Self {
         let status = match err.code() {

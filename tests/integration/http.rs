@@ -267,6 +267,16 @@ fn http_api_end_to_end() {
     assert_eq!(st, 404, "{v}");
     assert_eq!(v["error"]["code"], "SESSION_NOT_FOUND");
 
+    // a timeout ran: its result comes back (200), with status timeout and error TIMEOUT
+    let (st, v) = srv.json(
+        "POST",
+        "/v1/execute",
+        r#"{"language":"bash","code":"sleep 5","timeout_ms":300}"#,
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["status"], "timeout", "{v}");
+    assert_eq!(v["error"]["code"], "TIMEOUT", "{v}");
+
     // client mistakes: JSON 4xx, never plain text, never 5xx
     let (st, v) = srv.json("POST", "/v1/execute", "{not json");
     assert_eq!(st, 400, "{v}");

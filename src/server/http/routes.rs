@@ -85,7 +85,7 @@ pub(super) async fn execute(
     };
     let result = state.manager.execute_via(req, None, via).await;
     state.metrics.record(&result);
-    match &result.error {
+    match result.failure() {
         Some(e) => ApiError::from_code(e.code, e.message.clone()).into_response(),
         None => Json(result).into_response(),
     }

@@ -87,7 +87,7 @@ pub(super) fn execute_sse(
             let _ = tx.send(chunk_event(ev));
         }
         state.metrics.record(&result);
-        let last = match &result.error {
+        let last = match result.failure() {
             Some(e) => {
                 let body = serde_json::json!({ "error": { "code": e.code, "message": e.message } });
                 Event::default()
