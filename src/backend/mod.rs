@@ -172,6 +172,11 @@ pub trait SandboxControl: Send + Sync {
     fn interrupt(&self) -> Result<()>;
     /// Kills every process of the sandbox now.
     fn kill(&self);
+    /// [`SandboxControl::kill`], for a limit that must hold at once (the disk cap): backends
+    /// whose kill takes a while stop the sandbox's processes first.
+    fn kill_now(&self) {
+        self.kill()
+    }
     /// Discards terminal input nobody read, so the EOF the session queues next is the first
     /// thing a read of stdin sees.
     fn flush_terminal_input(&self) -> Result<()> {

@@ -210,7 +210,7 @@ fn kill(killed: &Mutex<Option<String>>, control: &Weak<dyn SandboxControl>, why:
         *k = Some(why);
     }
     if let Some(c) = control.upgrade() {
-        c.kill();
+        c.kill_now();
     }
 }
 

@@ -324,6 +324,11 @@ impl DockerBackend {
                 None => exited,
             };
             if !stale {
+                // One a sandpit froze to kill it (`stop_now`) and did not live to thaw: thawed,
+                // its driver sees its owner gone and exits, and a later sweep removes it.
+                if let Some(id) = &c.id {
+                    stop_now::thaw_if_frozen(Path::new("/sys/fs/cgroup"), id);
+                }
                 continue;
             }
             if let Some(id) = c.id {
@@ -675,19 +680,22 @@ impl SandboxControl for DockerControl {
     }
 
     fn kill(&self) {
+        self.signal("SIGKILL");
+    }
+
+    fn kill_now(&self) {
         let Some(stopper) = self.stopper.clone() else {
-            return self.signal("SIGKILL");
+            return self.kill();
         };
-        let thaw = stopper.stop();
+        // Thawed once the engine's kill is pending, or if that never runs (the runtime goes).
+        let frozen = stopper.stop();
         let (docker, id) = (self.docker.clone(), self.id.clone());
         run_detached(async move {
+            let _thaw = frozen.then_some(stop_now::ThawOnDrop(stopper));
             let signal = "SIGKILL".to_string();
             let _ = docker
                 .kill_container(&id, Some(KillContainerOptions { signal }))
                 .await;
-            if thaw {
-                stopper.thaw();
-            }
         });
     }
 

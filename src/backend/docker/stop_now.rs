@@ -1,10 +1,12 @@
-//! Stopping a container at once. The engine's kill is a round trip through containerd and runc
-//! (about 130 ms on the development VM), during which a sandbox writing as fast as it can goes
-//! on writing: far past the disk cap, where the cap is enforced by measuring and killing. Where
-//! sandpit can write the container's cgroup (root, the engine's usual cgroup layout), a kill first
-//! stops every process of the container there: cgroup v2's `cgroup.kill`, or cgroup v1's freezer,
-//! thawed again once the engine's SIGKILL is pending, so that it lands. Elsewhere the engine's
-//! kill alone does it.
+//! Stopping a container at once, for the disk cap's kill (`SandboxControl::kill_now`). The
+//! engine's kill is a round trip through containerd and runc (about 130 ms on the development
+//! VM), during which a sandbox writing as fast as it can goes on writing: far past the disk cap,
+//! where the cap is enforced by measuring and killing. Where sandpit can write the container's
+//! cgroup (root, the engine's usual cgroup layout), that kill first stops every process of the
+//! container there: cgroup v2's `cgroup.kill`, or cgroup v1's freezer, thawed again once the
+//! engine's SIGKILL is pending (so that it lands), or if that request never runs. A container
+//! left frozen by a sandpit that died in between is thawed by the next backend's stale sweep.
+//! Elsewhere the engine's kill alone does it.
 
 use std::path::{Path, PathBuf};
 
@@ -66,6 +68,25 @@ impl Stopper {
     }
 }
 
+/// Thaws the freezer when dropped.
+pub struct ThawOnDrop(pub Stopper);
+
+impl Drop for ThawOnDrop {
+    fn drop(&mut self) {
+        self.0.thaw();
+    }
+}
+
+/// Thaws the container `id` if its cgroup v1 freezer holds it frozen.
+pub fn thaw_if_frozen(root: &Path, id: &str) {
+    if let Some(Stopper::Freeze(state)) = find(root, id) {
+        if std::fs::read_to_string(&state).is_ok_and(|s| s.trim() == "FROZEN") {
+            tracing::info!(container = %id, "thawing a sandpit container left frozen");
+            Stopper::Freeze(state).thaw();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,7 +121,13 @@ mod tests {
         );
         let f = Stopper::Freeze(v2.join("state"));
         assert!(f.stop());
-        f.thaw();
+        drop(ThawOnDrop(f));
         assert_eq!(std::fs::read_to_string(v2.join("state")).unwrap(), "THAWED");
+        // A frozen leftover is thawed; a thawed one is left alone.
+        std::fs::create_dir_all(r.join("freezer/docker/def")).unwrap();
+        let state = r.join("freezer/docker/def/freezer.state");
+        std::fs::write(&state, "FROZEN\n").unwrap();
+        thaw_if_frozen(r, "def");
+        assert_eq!(std::fs::read_to_string(&state).unwrap(), "THAWED");
     }
 }
