@@ -32,7 +32,14 @@ pub enum Error {
     #[error("{0}")]
     SecurityBlocked(String),
     #[error("backend {backend} is unavailable: {reason}")]
-    BackendUnavailable { backend: String, reason: String },
+    BackendUnavailable {
+        backend: String,
+        reason: String,
+        /// What the backend's own layer reported (e.g. the Docker client's error), kept for
+        /// the cause chain.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
     #[error("session {0} not found")]
     SessionNotFound(String),
     #[error("session {id} runs {actual}, not {requested}")]
@@ -72,6 +79,26 @@ impl Error {
     pub fn sandbox(message: impl Into<String>) -> Self {
         Error::Sandbox {
             message: message.into(),
+            source: None,
+        }
+    }
+
+    /// A sandbox failure caused by `source` (kept for the cause chain).
+    pub fn sandbox_caused(
+        message: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Error::Sandbox {
+            message: message.into(),
+            source: Some(Box::new(source)),
+        }
+    }
+
+    /// A backend that cannot run here, with why (and, where there is one, the cause).
+    pub fn unavailable(backend: impl Into<String>, reason: impl Into<String>) -> Self {
+        Error::BackendUnavailable {
+            backend: backend.into(),
+            reason: reason.into(),
             source: None,
         }
     }
@@ -137,11 +164,15 @@ impl Error {
     /// The message with the source chain and the hint, as users see it.
     pub fn message_with_hint(&self) -> String {
         let mut msg = self.to_string();
-        if let Error::Sandbox {
-            source: Some(s), ..
-        } = self
-        {
-            msg.push_str(&format!(": {s}"));
+        // Every cause down the chain that the message does not already say (a bollard error,
+        // the hyper error under it, the OS error under that: "Permission denied").
+        let mut cause = std::error::Error::source(self);
+        while let Some(c) = cause {
+            let text = c.to_string();
+            if !msg.contains(&text) {
+                msg.push_str(&format!(": {text}"));
+            }
+            cause = c.source();
         }
         if let Some(h) = self.hint() {
             msg.push_str(&format!(" (hint: {h})"));

@@ -342,6 +342,7 @@ pub async fn select(
             BackendChoice::Only(k) => k.as_str().into(),
         },
         reason: reasons.join("; "),
+        source: None,
     })
 }
 
@@ -349,6 +350,7 @@ fn unreachable_backend(kind: BackendKind) -> Result<std::sync::Arc<dyn Backend>>
     Err(Error::BackendUnavailable {
         backend: kind.as_str().into(),
         reason: "not built in this version".into(),
+        source: None,
     })
 }
 

@@ -404,7 +404,9 @@ async fn docker_baseline(cold: usize, warm: usize) -> std::result::Result<Docker
     use bollard::models::ContainerCreateBody;
     use bollard::query_parameters::RemoveContainerOptions;
     use futures_util::StreamExt;
-    let docker = crate::backend::docker::connect_engine().await?;
+    let docker = crate::backend::docker::connect_engine()
+        .await
+        .map_err(|e| e.chain())?;
     let image = crate::backend::docker::image::IMAGE.to_string();
     let err = |e: bollard::errors::Error| e.to_string();
     let remove = RemoveContainerOptions {

@@ -7,7 +7,10 @@ pub async fn build(offline: bool) -> ExitCode {
     let docker = match crate::backend::docker::connect_engine().await {
         Ok(d) => d,
         Err(e) => {
-            eprintln!("sandpit: {e} (hint: start dockerd, or check DOCKER_HOST)");
+            eprintln!(
+                "sandpit: {} (hint: start dockerd, check DOCKER_HOST, or join the docker group)",
+                e.chain()
+            );
             return ExitCode::from(super::EXIT_SANDPIT_FAILURE);
         }
     };

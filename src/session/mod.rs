@@ -229,6 +229,7 @@ impl Session {
                         Language::Bash => "BASH",
                     }
                 ),
+                source: None,
             });
         }
         let argv = wrapper::driver_argv(config.language, &interpreter)

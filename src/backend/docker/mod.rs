@@ -17,7 +17,10 @@
 //! of the engine's default; no logging driver (an output flood must not fill the engine's disk).
 
 pub mod disk_cap;
+mod error;
 pub mod image;
+
+pub use error::DockerError;
 pub mod seccomp_profile;
 pub mod stop_now;
 
@@ -60,16 +63,13 @@ pub struct EngineProbe {
 
 /// A client for the local engine, with the API version negotiated (the engine may be older than
 /// bollard's default).
-pub async fn connect_engine() -> std::result::Result<Docker, String> {
+pub async fn connect_engine() -> std::result::Result<Docker, DockerError> {
     connect().await
 }
 
-async fn connect() -> std::result::Result<Docker, String> {
-    let d = Docker::connect_with_local_defaults()
-        .map_err(|e| format!("cannot reach the Docker engine: {e}"))?;
-    d.negotiate_version()
-        .await
-        .map_err(|e| format!("no Docker engine answers at the local socket: {e}"))
+async fn connect() -> std::result::Result<Docker, DockerError> {
+    let d = Docker::connect_with_local_defaults().map_err(DockerError::Client)?;
+    d.negotiate_version().await.map_err(DockerError::NoEngine)
 }
 
 /// Runs `fut` to completion whether or not a runtime is already running on this thread.
@@ -98,7 +98,7 @@ pub fn probe() -> EngineProbe {
                     Ok(d) => d,
                     Err(e) => {
                         return EngineProbe {
-                            engine: Err(e),
+                            engine: Err(e.chain()),
                             image: Err("no engine".into()),
                         }
                     }
@@ -282,12 +282,7 @@ impl DockerBackend {
     /// Connects to the local engine and removes containers left behind by sandpit processes that
     /// are gone.
     pub async fn connect() -> Result<DockerBackend> {
-        let docker = connect()
-            .await
-            .map_err(|reason| Error::BackendUnavailable {
-                backend: "docker".into(),
-                reason,
-            })?;
+        let docker = connect().await?;
         let b = DockerBackend { docker };
         b.remove_stale().await;
         Ok(b)
@@ -387,7 +382,10 @@ impl DockerBackend {
                 config,
             )
             .await
-            .map_err(|e| Error::sandbox(format!("create the session container: {e}")))?;
+            .map_err(|source| DockerError::Container {
+                step: "create",
+                source,
+            })?;
         let id = created.id;
         guard.container = Some(id.clone());
         if guard.disk.is_some() && !disk_cap::engine_sees_it(&self.docker, &id).await {
@@ -408,7 +406,10 @@ impl DockerBackend {
                 }),
             )
             .await
-            .map_err(|e| Error::sandbox(format!("attach to the session container: {e}")))?;
+            .map_err(|source| DockerError::Container {
+                step: "attach to",
+                source,
+            })?;
         let (stdout_r, stdout_w) = tokio::io::simplex(64 * 1024);
         let (stderr_r, stderr_w) = tokio::io::simplex(64 * 1024);
         tokio::spawn(demux(attach.output, stdout_w, stderr_w));
@@ -418,7 +419,10 @@ impl DockerBackend {
                 None::<bollard::query_parameters::StartContainerOptions>,
             )
             .await
-            .map_err(|e| Error::sandbox(format!("start the session container: {e}")))?;
+            .map_err(|source| DockerError::Container {
+                step: "start",
+                source,
+            })?;
         let stopper = stop_now::find(Path::new("/sys/fs/cgroup"), &id);
         let (requests, responses) = open_channels(&channels).await?;
         tracing::debug!(container = %id, session = %spec.session_id, "docker sandbox started");

@@ -495,6 +495,7 @@ impl LinuxBackend {
                     "no namespaces ({}) and no Landlock: the filesystem cannot be confined",
                     ns.detail
                 ),
+                source: None,
             });
         }
         tracing::debug!(
