@@ -785,6 +785,24 @@ mod tests {
         }
     }
 
+    /// Golden container configuration (`insta`), with and without network: what the engine is
+    /// asked for, field by field. The owner label holds a live pid and is masked.
+    #[test]
+    fn golden_container_config() {
+        for network in [false, true] {
+            let c = container_config(
+                &spec(network),
+                Path::new("/state/ws"),
+                Path::new("/state/ch"),
+                "s1",
+                "{}",
+            );
+            let mut v = serde_json::to_value(&c).unwrap();
+            v["Labels"][LABEL_OWNER_PID] = serde_json::json!("[pid]");
+            insta::assert_json_snapshot!(format!("container_network_{network}"), v);
+        }
+    }
+
     #[test]
     fn the_container_is_locked_down() {
         let c = container_config(
