@@ -376,83 +376,39 @@ impl super::Backend for LinuxBackend {
 }
 
 impl LinuxBackend {
+    /// Plan, then spawn: the host's side of a session in named steps. Everything that touches
+    /// the host before the spawn is in [`Self::prepare`]; [`plan::build`] is pure; only
+    /// [`Self::spawn`] starts a process.
     fn launch_now(&self, spec: &LaunchSpec) -> Result<Launched> {
+        let t0 = std::time::Instant::now();
+        let prepared = self.prepare(spec)?;
+        tracing::debug!(
+            elapsed_us = t0.elapsed().as_micros() as u64,
+            cgroup = prepared.guard.cgroup.is_some(),
+            "session directories, uid and cgroup ready"
+        );
+        let plan = plan::build(spec, &prepared.dirs, &prepared.facts, &bind_kind);
+        tracing::debug!(session = %spec.session_id, backend = "linux", "starting sandbox");
+        self.spawn(plan, prepared)
+    }
+
+    /// The host state a session needs before its helper starts: its directories, its uid (as
+    /// root), its disk cap and its cgroup, all owned by the returned guard; and the facts the
+    /// plan is built from.
+    fn prepare(&self, spec: &LaunchSpec) -> Result<Prepared> {
         let ns = namespaces_for(&self.policy, &self.helper);
         // SAFETY: geteuid/getegid have no preconditions.
         let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
         let is_root = uid == 0;
-
-        // Session directories: <state>/sessions/<name>/{workspace,tmp,home,root}.
-        let t0 = std::time::Instant::now();
         let name = random_name()?;
-        let sessions = spec.state_dir.join("sessions");
-        mkdir(&spec.state_dir, 0o711)?;
-        check_owner(&spec.state_dir, uid)?;
-        mkdir(&sessions, 0o711)?;
-        // Directories of sandpit processes that died without cleaning up go first.
-        static SWEPT_DIRS: std::sync::Once = std::sync::Once::new();
-        SWEPT_DIRS.call_once(|| {
-            super::session_dirs::sweep(&sessions);
-        });
-        let base = sessions.join(&name);
-        mkdir(&base, if is_root { 0o711 } else { 0o700 })?;
-        let owner = super::session_dirs::claim(&base)
-            .map_err(|e| Error::io(format!("lock {}", base.display()), e))?;
-        let dirs = SessionDirs {
-            workspace: spec
-                .workspace
-                .clone()
-                .unwrap_or_else(|| base.join("workspace")),
-            tmp: base.join("tmp"),
-            home: base.join("home"),
-            root: base.join("root"),
-        };
-        let mut guard = SessionGuard {
-            base: base.clone(),
-            cgroup: None,
-            uid: None,
-            disk: Vec::new(),
-            _owner: owner,
-        };
-        for d in [&dirs.workspace, &dirs.tmp, &dirs.home, &dirs.root] {
-            if spec.workspace.as_ref() != Some(d) {
-                mkdir(d, 0o700)?;
-            }
-        }
-
-        // A sandbox given an existing workspace that a live session owns (a package installer
-        // working for that session) runs as that session's uid, so what it writes belongs to
-        // the session. Only uids of sandpit's own range are reused, never a host user's.
-        let inherited = if is_root {
-            spec.workspace
-                .as_deref()
-                .and_then(|ws| sandbox_owner(ws, &self.policy.linux))
-        } else {
-            None
-        };
-        let uid_lease = if is_root && inherited.is_none() {
-            Some(
-                uid::lease(
-                    &spec.state_dir,
-                    self.policy.linux.uid_base,
-                    self.policy.linux.uid_count,
-                )
-                .map_err(|e| Error::io("lease a sandbox uid", e))?,
-            )
-        } else {
-            None
-        };
-        let session_ids = uid_lease
-            .as_ref()
-            .map(|l| l.uid)
-            .or(inherited)
-            .map(|u| (u, u));
+        let (dirs, mut guard) = session_directories(spec, &name, uid, is_root)?;
+        let (lease, session_ids) = self.session_uid(spec, is_root)?;
         if let Some((u, g)) = session_ids {
             for d in [&dirs.workspace, &dirs.tmp, &dirs.home] {
                 chown(d, u, g)?;
             }
         }
-        guard.uid = uid_lease;
+        guard.uid = lease;
         // The disk cap (backend/disk): as root a capped tmpfs on each directory made here, else
         // accounting. Without a mount namespace the sandbox writes to its host tmp and home too.
         let scratch: &[&Path] = if ns.ok { &[] } else { &[&dirs.tmp, &dirs.home] };
@@ -464,14 +420,7 @@ impl LinuxBackend {
             is_root,
         );
         guard.disk = mounts;
-        if let Some(v) = cgroup::detect() {
-            static SWEPT: std::sync::Once = std::sync::Once::new();
-            SWEPT.call_once(|| cgroup::remove_stale(v));
-            let cg = cgroup::Cgroup::create(v, &format!("s-{name}"), &spec.limits)
-                .map_err(|e| Error::io("create the session cgroup", e))?;
-            guard.cgroup = Some(cg);
-        }
-
+        guard.cgroup = session_cgroup(&name, &spec.limits)?;
         let facts = HostFacts {
             is_root,
             uid,
@@ -489,26 +438,56 @@ impl LinuxBackend {
             },
         };
         if !ns.ok && facts.landlock_abi == 0 {
-            return Err(Error::BackendUnavailable {
-                backend: "linux".into(),
-                reason: format!(
+            return Err(Error::unavailable(
+                "linux",
+                format!(
                     "no namespaces ({}) and no Landlock: the filesystem cannot be confined",
                     ns.detail
                 ),
-                source: None,
-            });
+            ));
         }
-        tracing::debug!(
-            elapsed_us = t0.elapsed().as_micros() as u64,
-            cgroup = guard.cgroup.is_some(),
-            "session directories, uid and cgroup ready"
-        );
-        let plan = plan::build(spec, &dirs, &facts, &bind_kind);
+        Ok(Prepared {
+            dirs,
+            guard,
+            facts,
+            disk,
+        })
+    }
+
+    /// As root, the uid the session runs as: a fresh slot of sandpit's range, or, for a sandbox
+    /// given an existing workspace that a live session owns (a package installer working for
+    /// that session), that session's uid, so what it writes belongs to the session. Only uids
+    /// of sandpit's own range are reused, never a host user's.
+    fn session_uid(
+        &self,
+        spec: &LaunchSpec,
+        is_root: bool,
+    ) -> Result<(Option<uid::UidLease>, Option<SessionIds>)> {
+        if !is_root {
+            return Ok((None, None));
+        }
+        let settings = &self.policy.linux;
+        if let Some(u) = spec
+            .workspace
+            .as_deref()
+            .and_then(|ws| sandbox_owner(ws, settings))
+        {
+            return Ok((None, Some((u, u))));
+        }
+        let lease = uid::lease(&spec.state_dir, settings.uid_base, settings.uid_count)
+            .map_err(|e| Error::io("lease a sandbox uid", e))?;
+        let ids = (lease.uid, lease.uid);
+        Ok((Some(lease), Some(ids)))
+    }
+
+    /// Starts the helper on a fresh PTY with `plan`, handing it the prepared host state.
+    fn spawn(&self, plan: plan::LinuxPlan, prepared: Prepared) -> Result<Launched> {
+        let Prepared {
+            dirs, guard, disk, ..
+        } = prepared;
         let pid_namespace = plan.namespaces.pid;
         let plan_json = serde_json::to_string(&plan)
             .map_err(|e| Error::sandbox(format!("encode plan: {e}")))?;
-
-        tracing::debug!(session = %spec.session_id, backend = "linux", "starting sandbox");
         let cg_oom = guard.cgroup.as_ref().map(|c| c.view());
         let cg_kill = guard.cgroup.as_ref().map(|c| c.view());
         // cgroup v1 waits for an RCU grace period per move (~10 ms for memory here): place the
@@ -554,6 +533,76 @@ impl LinuxBackend {
             },
         )
     }
+}
+
+/// The uid and gid a session runs as (as root).
+type SessionIds = (u32, u32);
+
+/// What [`LinuxBackend::prepare`] made ready for one session.
+struct Prepared {
+    dirs: SessionDirs,
+    /// Owns the directories, uid slot, disk mounts and cgroup until the session ends.
+    guard: SessionGuard,
+    facts: HostFacts,
+    disk: super::disk::DiskCap,
+}
+
+/// The session's directories, `<state>/sessions/<name>/{workspace,tmp,home,root}` (the
+/// workspace may be the caller's), created and locked, with the guard that removes them.
+fn session_directories(
+    spec: &LaunchSpec,
+    name: &str,
+    uid: u32,
+    is_root: bool,
+) -> Result<(SessionDirs, SessionGuard)> {
+    let sessions = spec.state_dir.join("sessions");
+    mkdir(&spec.state_dir, 0o711)?;
+    check_owner(&spec.state_dir, uid)?;
+    mkdir(&sessions, 0o711)?;
+    // Directories of sandpit processes that died without cleaning up go first.
+    static SWEPT_DIRS: std::sync::Once = std::sync::Once::new();
+    SWEPT_DIRS.call_once(|| {
+        super::session_dirs::sweep(&sessions);
+    });
+    let base = sessions.join(name);
+    mkdir(&base, if is_root { 0o711 } else { 0o700 })?;
+    let owner = super::session_dirs::claim(&base)
+        .map_err(|e| Error::io(format!("lock {}", base.display()), e))?;
+    let dirs = SessionDirs {
+        workspace: spec
+            .workspace
+            .clone()
+            .unwrap_or_else(|| base.join("workspace")),
+        tmp: base.join("tmp"),
+        home: base.join("home"),
+        root: base.join("root"),
+    };
+    let guard = SessionGuard {
+        base: base.clone(),
+        cgroup: None,
+        uid: None,
+        disk: Vec::new(),
+        _owner: owner,
+    };
+    for d in [&dirs.workspace, &dirs.tmp, &dirs.home, &dirs.root] {
+        if spec.workspace.as_ref() != Some(d) {
+            mkdir(d, 0o700)?;
+        }
+    }
+    Ok((dirs, guard))
+}
+
+/// The session's cgroup, where one is writable (root); stale ones of dead sandpit processes are
+/// removed first, once per process.
+fn session_cgroup(name: &str, limits: &crate::policy::Limits) -> Result<Option<cgroup::Cgroup>> {
+    let Some(v) = cgroup::detect() else {
+        return Ok(None);
+    };
+    static SWEPT: std::sync::Once = std::sync::Once::new();
+    SWEPT.call_once(|| cgroup::remove_stale(v));
+    cgroup::Cgroup::create(v, &format!("s-{name}"), limits)
+        .map(Some)
+        .map_err(|e| Error::io("create the session cgroup", e))
 }
 
 /// How many tasks (threads included, as RLIMIT_NPROC counts them) `uid` runs now.
