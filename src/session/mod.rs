@@ -519,9 +519,9 @@ impl Session {
             })
     }
 
-    /// Runs one cell.
-    pub async fn execute(&mut self, code: &str, opts: ExecOptions) -> Result<ExecResult> {
-        let started = Instant::now();
+    /// Before a cell: a sandbox the disk watcher killed between cells, or one due for
+    /// recycling, is replaced (its state is lost, and the result will say why).
+    async fn replace_if_needed(&mut self) -> Fresh {
         let mut was_lost = std::mem::take(&mut self.lost_state);
         // The disk cap's watcher killed the sandbox between cells (a background writer).
         let disk_killed = self
@@ -539,6 +539,21 @@ impl Session {
             self.kill().await;
             was_lost = true;
         }
+        Fresh {
+            was_lost,
+            disk_killed,
+            recycled,
+        }
+    }
+
+    /// Runs one cell.
+    pub async fn execute(&mut self, code: &str, opts: ExecOptions) -> Result<ExecResult> {
+        let started = Instant::now();
+        let Fresh {
+            was_lost,
+            disk_killed,
+            recycled,
+        } = self.replace_if_needed().await;
         self.ensure_running().await?;
         self.since_start += 1;
         let limit = self.spec.limits.output_bytes as usize;
@@ -749,74 +764,20 @@ impl Session {
                 ));
             }
         }
-        match (response, exit_info) {
-            (Some(r), _) => {
-                result.exit_code = Some(r.exit_code);
-                result.result = r.result;
-                result.exception = r.exception;
-                result.warnings.extend(r.warnings);
-                result.status = if timed_out {
-                    Status::Timeout
-                } else {
-                    match r.status {
-                        CellStatus::Ok => Status::Ok,
-                        CellStatus::Error | CellStatus::Interrupted => Status::Error,
-                    }
-                };
-                if timed_out {
-                    result.warnings.push(format!("timed out after {} ms; the cell was interrupted and the session kept its state", opts.timeout.as_millis()));
-                } else if user_interrupted {
-                    result.warnings.push("interrupted".into());
-                }
-            }
-            (None, exit) => {
-                let exit = exit.unwrap_or_default();
-                result.exit_code = exit.code.or(exit.signal.map(|s| 128 + s));
-                if disk_kill.is_some() {
-                    // Reported below.
-                } else if timed_out {
-                    result.status = Status::Timeout;
-                    result.warnings.push(format!(
-                        "timed out after {} ms and did not respond to an interrupt: the session was killed; its state is lost",
-                        opts.timeout.as_millis()
-                    ));
-                } else if exit.oom_killed || exit.signal == Some(libc::SIGKILL) {
-                    result.status = Status::Killed;
-                    result.warnings.push(if exit.oom_killed {
-                        format!(
-                            "killed by the memory limit ({} MB); the session was restarted{}",
-                            self.spec.limits.memory_mb,
-                            disk::memory_note(workspace_memory, self.spec.limits.memory_mb)
-                        )
-                    } else {
-                        "killed (SIGKILL); the session was restarted".to_string()
-                    });
-                } else {
-                    result.status = Status::Error;
-                    result.warnings.push(format!(
-                        "the interpreter exited (status {}) during the cell; its state is lost and the next call starts a new one",
-                        result.exit_code.map(|c| c.to_string()).unwrap_or_else(|| "unknown".into())
-                    ));
-                }
-            }
-        }
-        if let Some(why) = disk_kill {
-            // Killed by the disk cap, during the cell or at its end (its output stands).
-            result.status = Status::Killed;
-            result.warnings.push(why);
-        }
+        describe_end(
+            CellEnd {
+                response,
+                exit: exit_info,
+                timed_out,
+                user_interrupted,
+                disk_kill,
+                workspace_memory,
+            },
+            opts.timeout,
+            self.spec.limits.memory_mb,
+            &mut result,
+        );
         result.warnings.extend(disk_warnings);
-        if result.status == Status::Timeout {
-            // The TIMEOUT code of interface.md §1, beside the status, so a client that reads
-            // only `error` learns it too.
-            result.error = Some(crate::types::ErrorInfo {
-                code: crate::error::ErrorCode::Timeout,
-                message: format!(
-                    "the code ran longer than its timeout ({} ms)",
-                    opts.timeout.as_millis()
-                ),
-            });
-        }
         self.last_used = Instant::now();
         result.stdout = out.finish();
         result.stderr = err.finish();
@@ -825,6 +786,103 @@ impl Session {
             status = ?result.status, duration_ms = result.duration_ms, "execution"
         );
         Ok(result)
+    }
+}
+
+/// What [`Session::replace_if_needed`] did before a cell.
+struct Fresh {
+    /// The state of the previous cells is gone.
+    was_lost: bool,
+    /// The disk cap killed the sandbox between cells: why.
+    disk_killed: Option<String>,
+    /// The sandbox was recycled: why.
+    recycled: Option<String>,
+}
+
+/// How a cell ended, as `execute` saw it.
+struct CellEnd {
+    /// The driver's response, when it answered.
+    response: Option<CellResponse>,
+    /// How the sandbox ended, when it did during the cell.
+    exit: Option<ExitInfo>,
+    timed_out: bool,
+    /// Interrupted on request (Ctrl-C, a cancelled call), not by the timeout.
+    user_interrupted: bool,
+    /// Why the disk cap killed the sandbox, when it did.
+    disk_kill: Option<String>,
+    /// What a memory-backed workspace held when the sandbox died.
+    workspace_memory: Option<u64>,
+}
+
+/// The result's status, exit code, value, exception, warnings and error for how the cell
+/// ended: a pure step of `execute`, unit-tested.
+fn describe_end(end: CellEnd, timeout: Duration, memory_mb: u64, result: &mut ExecResult) {
+    match (end.response, end.exit) {
+        (Some(r), _) => {
+            result.exit_code = Some(r.exit_code);
+            result.result = r.result;
+            result.exception = r.exception;
+            result.warnings.extend(r.warnings);
+            result.status = if end.timed_out {
+                Status::Timeout
+            } else {
+                match r.status {
+                    CellStatus::Ok => Status::Ok,
+                    CellStatus::Error | CellStatus::Interrupted => Status::Error,
+                }
+            };
+            if end.timed_out {
+                result.warnings.push(format!("timed out after {} ms; the cell was interrupted and the session kept its state", timeout.as_millis()));
+            } else if end.user_interrupted {
+                result.warnings.push("interrupted".into());
+            }
+        }
+        (None, exit) => {
+            let exit = exit.unwrap_or_default();
+            result.exit_code = exit.code.or(exit.signal.map(|s| 128 + s));
+            if end.disk_kill.is_some() {
+                // Reported below.
+            } else if end.timed_out {
+                result.status = Status::Timeout;
+                result.warnings.push(format!(
+                    "timed out after {} ms and did not respond to an interrupt: the session was killed; its state is lost",
+                    timeout.as_millis()
+                ));
+            } else if exit.oom_killed || exit.signal == Some(libc::SIGKILL) {
+                result.status = Status::Killed;
+                result.warnings.push(if exit.oom_killed {
+                    format!(
+                        "killed by the memory limit ({} MB); the session was restarted{}",
+                        memory_mb,
+                        disk::memory_note(end.workspace_memory, memory_mb)
+                    )
+                } else {
+                    "killed (SIGKILL); the session was restarted".to_string()
+                });
+            } else {
+                result.status = Status::Error;
+                result.warnings.push(format!(
+                    "the interpreter exited (status {}) during the cell; its state is lost and the next call starts a new one",
+                    result.exit_code.map(|c| c.to_string()).unwrap_or_else(|| "unknown".into())
+                ));
+            }
+        }
+    }
+    if let Some(why) = end.disk_kill {
+        // Killed by the disk cap, during the cell or at its end (its output stands).
+        result.status = Status::Killed;
+        result.warnings.push(why);
+    }
+    if result.status == Status::Timeout {
+        // The TIMEOUT code of interface.md §1, beside the status, so a client that reads
+        // only `error` learns it too.
+        result.error = Some(crate::types::ErrorInfo {
+            code: crate::error::ErrorCode::Timeout,
+            message: format!(
+                "the code ran longer than its timeout ({} ms)",
+                timeout.as_millis()
+            ),
+        });
     }
 }
 
@@ -958,6 +1016,111 @@ impl Drop for Session {
 mod tests {
     use super::*;
     use crate::backend::{LayersReport, SetupMessage};
+
+    fn blank() -> ExecResult {
+        ExecResult::from_error(
+            crate::types::Language::Python,
+            "linux",
+            &Error::sandbox("placeholder"),
+        )
+    }
+
+    fn end() -> CellEnd {
+        CellEnd {
+            response: None,
+            exit: None,
+            timed_out: false,
+            user_interrupted: false,
+            disk_kill: None,
+            workspace_memory: None,
+        }
+    }
+
+    #[test]
+    fn how_a_cell_ended_becomes_the_result() {
+        let t = Duration::from_millis(300);
+        // Interrupted by the timeout, the driver answered: timeout, state kept, TIMEOUT.
+        let mut r = blank();
+        r.error = None;
+        let answered = CellResponse {
+            id: 1,
+            nonce: "n".into(),
+            status: CellStatus::Interrupted,
+            exit_code: 130,
+            result: None,
+            exception: None,
+            warnings: vec![],
+        };
+        describe_end(
+            CellEnd {
+                response: Some(answered),
+                timed_out: true,
+                ..end()
+            },
+            t,
+            512,
+            &mut r,
+        );
+        assert_eq!(r.status, Status::Timeout);
+        assert_eq!(
+            r.error.as_ref().map(|e| e.code),
+            Some(crate::error::ErrorCode::Timeout)
+        );
+        assert!(
+            r.warnings.iter().any(|w| w.contains("kept its state")),
+            "{r:?}"
+        );
+        // The memory limit killed it.
+        let mut r = blank();
+        describe_end(
+            CellEnd {
+                exit: Some(ExitInfo {
+                    code: None,
+                    signal: Some(9),
+                    oom_killed: true,
+                }),
+                ..end()
+            },
+            t,
+            512,
+            &mut r,
+        );
+        assert_eq!((r.status, r.exit_code), (Status::Killed, Some(137)));
+        assert!(r.warnings[0].contains("memory limit (512 MB)"), "{r:?}");
+        // The disk cap killed it: killed, whatever else happened, with its reason.
+        let mut r = blank();
+        describe_end(
+            CellEnd {
+                timed_out: true,
+                disk_kill: Some("over the disk cap".into()),
+                ..end()
+            },
+            t,
+            512,
+            &mut r,
+        );
+        assert_eq!(r.status, Status::Killed);
+        assert_eq!(
+            r.warnings.last().map(String::as_str),
+            Some("over the disk cap")
+        );
+        // It exited on its own.
+        let mut r = blank();
+        describe_end(
+            CellEnd {
+                exit: Some(ExitInfo {
+                    code: Some(3),
+                    signal: None,
+                    oom_killed: false,
+                }),
+                ..end()
+            },
+            t,
+            512,
+            &mut r,
+        );
+        assert_eq!((r.status, r.exit_code), (Status::Error, Some(3)));
+    }
 
     #[test]
     fn startup_lines_are_typed_and_keep_their_wire_form() {
