@@ -80,6 +80,18 @@ impl AuditLog {
         redactor: Arc<Redactor>,
     ) -> Result<AuditLog> {
         let path = if settings.path.is_empty() {
+            // The default place is the state directory, which must be ours: in a directory
+            // another user owns (a /tmp/sandpit-UID made by someone else) they could replace
+            // or remove the log.
+            if let Ok(m) = std::fs::symlink_metadata(state_dir) {
+                if m.uid() != crate::util::euid() || m.file_type().is_symlink() {
+                    return Err(Error::Config(format!(
+                        "the state directory {} is not yours (owner uid {}, or a symlink): the audit log cannot go there; choose another state directory with SANDPIT_STATE_DIR, or SANDPIT_AUDIT_PATH",
+                        state_dir.display(),
+                        m.uid()
+                    )));
+                }
+            }
             state_dir.join("audit.jsonl")
         } else {
             PathBuf::from(&settings.path)
@@ -119,22 +131,29 @@ impl AuditLog {
         &self.path
     }
 
+    /// Opens the log for appending: never through a symlink (O_NOFOLLOW), never blocking on a
+    /// FIFO someone put in its place (O_NONBLOCK: no reader is ENXIO), and only a regular file.
     fn open_file(&self) -> Result<File> {
-        OpenOptions::new()
+        let fail = |e: std::io::Error| {
+            Error::io(
+                format!(
+                    "open the audit log {} ({UNWRITABLE_HINT})",
+                    self.path.display()
+                ),
+                e,
+            )
+        };
+        let file = OpenOptions::new()
             .create(true)
             .append(true)
             .mode(0o600)
-            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(&self.path)
-            .map_err(|e| {
-                Error::io(
-                    format!(
-                        "open the audit log {} ({UNWRITABLE_HINT})",
-                        self.path.display()
-                    ),
-                    e,
-                )
-            })
+            .map_err(fail)?;
+        if !file.metadata().map_err(fail)?.is_file() {
+            return Err(fail(std::io::Error::other("not a regular file")));
+        }
+        Ok(file)
     }
 
     /// Appends one record.
@@ -240,6 +259,24 @@ mod tests {
             error_code: None,
             findings: vec![],
             approval: "not_required".into(),
+        }
+    }
+
+    #[test]
+    fn a_fifo_or_a_symlink_in_place_of_the_log_is_refused_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo.jsonl");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", dir.path().join("link.jsonl")).unwrap();
+        for name in ["fifo.jsonl", "link.jsonl"] {
+            let settings = AuditSettings {
+                enabled: true,
+                path: dir.path().join(name).display().to_string(),
+                max_bytes: 4096,
+                keep: 2,
+            };
+            // Would block forever on the FIFO without O_NONBLOCK.
+            assert!(AuditLog::open(&settings, dir.path(), Arc::new(Redactor::disabled())).is_err());
         }
     }
 

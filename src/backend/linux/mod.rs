@@ -341,11 +341,21 @@ fn check_owner(p: &Path, uid: u32) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
     let m =
         std::fs::symlink_metadata(p).map_err(|e| Error::io(format!("stat {}", p.display()), e))?;
-    if m.file_type().is_symlink() || m.uid() != uid {
+    if m.file_type().is_symlink() {
         return Err(Error::sandbox(format!(
-            "the state directory {} is a symlink or owned by uid {}, not {uid}: refusing to use it (set SANDPIT_STATE_DIR)",
-            p.display(),
-            m.uid()
+            "the state directory {} is a symlink: refusing to use it, since whoever made it could redirect the sessions (choose another with SANDPIT_STATE_DIR or state_dir in sandpit.toml)",
+            p.display()
+        )));
+    }
+    if m.uid() != uid {
+        let owner = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(m.uid()))
+            .ok()
+            .flatten()
+            .map(|u| format!("{} (uid {})", u.name, m.uid()))
+            .unwrap_or_else(|| format!("uid {}", m.uid()));
+        return Err(Error::sandbox(format!(
+            "the state directory {} belongs to {owner}, not to you (uid {uid}): refusing to use it, since its owner could read or redirect your sessions; choose another with SANDPIT_STATE_DIR=/some/dir of yours, or state_dir in sandpit.toml",
+            p.display()
         )));
     }
     Ok(())
@@ -556,8 +566,16 @@ fn session_directories(
     is_root: bool,
 ) -> Result<(SessionDirs, SessionGuard)> {
     let sessions = spec.state_dir.join("sessions");
-    mkdir(&spec.state_dir, 0o711)?;
+    // Whose it is comes first: a directory another user made (say /tmp/sandpit-UID, mode
+    // 0777) cannot be chmod-ed by us, and the error should say whose it is and what to do.
+    std::fs::create_dir_all(&spec.state_dir).map_err(|e| {
+        Error::io(
+            format!("create the state directory {}", spec.state_dir.display()),
+            e,
+        )
+    })?;
     check_owner(&spec.state_dir, uid)?;
+    mkdir(&spec.state_dir, 0o711)?;
     mkdir(&sessions, 0o711)?;
     // Directories of sandpit processes that died without cleaning up go first.
     static SWEPT_DIRS: std::sync::Once = std::sync::Once::new();
