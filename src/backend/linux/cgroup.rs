@@ -14,17 +14,46 @@ pub enum Version {
 
 /// Which cgroup version this host offers to us, if we can write it.
 pub fn detect() -> Option<Version> {
+    probe().ok()
+}
+
+/// The cgroup version we can write, or why there is none: not root, no memory+pids
+/// controllers, or a hierarchy we may not write (root inside a default container, where
+/// `/sys/fs/cgroup` is mounted read-only). Sessions then run on rlimits (and, as root, their
+/// own uid's RLIMIT_NPROC), and `sandpit doctor` says why.
+pub fn probe() -> Result<Version, String> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        return None;
+        return Err("not as an unprivileged user".into());
     }
     let root = Path::new("/sys/fs/cgroup");
-    if root.join("cgroup.controllers").exists() {
+    let (version, parents) = if root.join("cgroup.controllers").exists() {
         let c = std::fs::read_to_string(root.join("cgroup.controllers")).unwrap_or_default();
-        return (c.contains("memory") && c.contains("pids")).then_some(Version::V2);
+        if !(c.contains("memory") && c.contains("pids")) {
+            return Err("cgroup v2 without the memory and pids controllers".into());
+        }
+        (Version::V2, vec![root.join("sandpit")])
+    } else if root.join("memory/memory.limit_in_bytes").exists() && root.join("pids").is_dir() {
+        (
+            Version::V1,
+            vec![root.join("memory/sandpit"), root.join("pids/sandpit")],
+        )
+    } else {
+        return Err("no memory and pids cgroup controllers".into());
+    };
+    for p in parents {
+        let not_writable = |e: String| {
+            format!(
+                "{version:?} not writable ({}: {e}; inside a container /sys/fs/cgroup is usually read-only)",
+                p.display()
+            )
+        };
+        std::fs::create_dir_all(&p).map_err(|e| not_writable(e.to_string()))?;
+        // An existing directory on a read-only mount: access(W_OK) answers EROFS.
+        nix::unistd::access(&p, nix::unistd::AccessFlags::W_OK)
+            .map_err(|e| not_writable(e.desc().to_string()))?;
     }
-    (root.join("memory/memory.limit_in_bytes").exists() && root.join("pids").is_dir())
-        .then_some(Version::V1)
+    Ok(version)
 }
 
 /// A session's cgroup(s); removed on drop.

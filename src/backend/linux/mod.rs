@@ -139,7 +139,7 @@ pub fn availability(policy: &Policy, helper: &Path) -> Availability {
     let ns = namespaces_for(policy, helper);
     let abi = landlock_abi(policy);
     let seccomp = seccomp_available();
-    let cg = cgroup::detect();
+    let cg = cgroup::probe();
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     let mut facts = vec![
@@ -163,17 +163,17 @@ pub fn availability(policy: &Policy, helper: &Path) -> Availability {
         ("seccomp".into(), if seccomp { "available".into() } else { "unavailable".into() }),
         (
             "cgroup".into(),
-            match cg {
-                Some(v) => format!("{v:?}: memory, pids and cpu per session"),
-                None if root => "no writable memory+pids cgroup: rlimits only".into(),
-                None => "not as an unprivileged user: rlimits only (RLIMIT_AS/DATA, NPROC per user namespace)".into(),
+            match &cg {
+                Ok(v) => format!("{v:?}: memory, pids and cpu per session"),
+                Err(why) if root => format!("{why}: rlimits only (memory per process, processes per session uid)"),
+                Err(_) => "not as an unprivileged user: rlimits only (RLIMIT_AS/DATA, NPROC per user namespace)".into(),
             },
         ),
     ];
     facts.extend(reach_facts(
         ns.ok,
         root,
-        cg.is_some(),
+        cg.is_ok(),
         abi,
         policy.limits.pids,
     ));
