@@ -128,6 +128,41 @@ fn landlock_abi(policy: &Policy) -> i32 {
     }
 }
 
+/// Why namespaces were refused, when the host says so, and what to do (for `doctor`).
+fn namespace_hint(root: bool, detail: &str) -> String {
+    if detail.contains("turned off") {
+        return String::new();
+    }
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .ok()
+            .map(|s| s.trim().to_string())
+    };
+    let mut why = Vec::new();
+    if !root
+        && read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1")
+    {
+        why.push("AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns = 1, Ubuntu 23.10 and later); an AppArmor profile for sandpit with `userns,` allows them".to_string());
+    }
+    if read("/proc/sys/user/max_user_namespaces").as_deref() == Some("0") {
+        why.push("user.max_user_namespaces is 0 (sysctl)".into());
+    }
+    if read("/proc/sys/kernel/unprivileged_userns_clone").as_deref() == Some("0") && !root {
+        why.push("kernel.unprivileged_userns_clone is 0 (sysctl)".into());
+    }
+    if why.is_empty() && (detail.contains("EPERM") || detail.contains("mount")) {
+        why.push("inside a container the runtime's seccomp profile or missing capabilities usually refuse them".into());
+    }
+    if why.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " ({}); sessions run without namespaces: Landlock, seccomp and the waiter confine them, see README \"Without namespaces\"",
+            why.join("; ")
+        )
+    }
+}
+
 fn seccomp_available() -> bool {
     // SAFETY: PR_GET_SECCOMP takes no pointer; it returns the current mode or fails with EINVAL
     // when the kernel has no seccomp.
@@ -145,7 +180,7 @@ pub fn availability(policy: &Policy, helper: &Path) -> Availability {
     let mut facts = vec![
         ("kernel".to_string(), nix::sys::utsname::uname().map(|u| u.release().to_string_lossy().into_owned()).unwrap_or_default()),
         ("running as".into(), if root { "root: sessions drop to their own uid".into() } else { "unprivileged user".to_string() }),
-        ("namespaces".into(), if ns.ok { ns.detail.clone() } else { format!("unavailable: {}", ns.detail) }),
+        ("namespaces".into(), if ns.ok { ns.detail.clone() } else { format!("unavailable: {}{}", ns.detail, namespace_hint(root, &ns.detail)) }),
         (
             "landlock".into(),
             match abi {

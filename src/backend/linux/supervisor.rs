@@ -86,16 +86,27 @@ pub fn install_listener(syscalls: &[libc::c_long]) -> io::Result<OwnedFd> {
         len: prog.len() as u16,
         filter: prog.as_ptr() as *mut libc::sock_filter,
     };
-    // SAFETY: seccomp(SET_MODE_FILTER, NEW_LISTENER) reads `fprog` and the program it points to,
-    // both alive for the call; it returns a new descriptor or -1.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_seccomp,
-            libc::SECCOMP_SET_MODE_FILTER,
-            libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
-            &fprog as *const libc::sock_fprog,
-        )
+    let install = |flags: libc::c_ulong| {
+        // SAFETY: seccomp(SET_MODE_FILTER, flags) reads `fprog` and the program it points to,
+        // both alive for the call; it returns a new descriptor or -1.
+        unsafe {
+            libc::syscall(
+                libc::SYS_seccomp,
+                libc::SECCOMP_SET_MODE_FILTER,
+                flags,
+                &fprog as *const libc::sock_fprog,
+            )
+        }
     };
+    // WAIT_KILLABLE_RECV (Linux 5.19): once the waiter has the notification, only a fatal
+    // signal interrupts the caller. Without it, a signal the waiter sends the caller itself
+    // (kill of one's own pid) would interrupt the very kill() and return EINTR.
+    let mut fd = install(
+        libc::SECCOMP_FILTER_FLAG_NEW_LISTENER | libc::SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV,
+    );
+    if fd < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
+        fd = install(libc::SECCOMP_FILTER_FLAG_NEW_LISTENER);
+    }
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
