@@ -68,6 +68,31 @@ pub fn probe_main() -> ! {
             Some("size=1m"),
         )
         .map_err(|e| format!("mount tmpfs: {e}"))?;
+        // A fresh /proc, as the helper mounts it: only a member of the new PID namespace can,
+        // and a container that masks parts of its /proc refuses it (EPERM) even where the
+        // namespaces themselves were allowed. Tried in a child, as the helper does.
+        // SAFETY: the probe is single-threaded (a fresh process that started no threads).
+        match unsafe { nix::unistd::fork() } {
+            Ok(nix::unistd::ForkResult::Child) => {
+                let ok = mount(
+                    Some("proc"),
+                    "/tmp",
+                    Some("proc"),
+                    MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+                    None::<&str>,
+                )
+                .is_ok();
+                // SAFETY: _exit ends the child at once, running nothing of the parent's.
+                unsafe { libc::_exit(if ok { 0 } else { 1 }) }
+            }
+            Ok(nix::unistd::ForkResult::Parent { child }) => {
+                match nix::sys::wait::waitpid(child, None) {
+                    Ok(nix::sys::wait::WaitStatus::Exited(_, 0)) => {}
+                    _ => return Err("mount proc in the new PID namespace: refused (a container that masks its /proc does this)".into()),
+                }
+            }
+            Err(e) => return Err(format!("fork into the new PID namespace: {e}")),
+        }
         Ok(if root {
             "mount, pid, net, ipc, uts namespaces (as root)"
         } else {
