@@ -152,6 +152,9 @@ pub struct Session {
     installed: std::collections::BTreeSet<String>,
     /// Masks secrets in the output streams as they stream (disabled unless set).
     redactor: Arc<Redactor>,
+    /// Said in the first result of a sandbox that is weaker than the host usually gives: the
+    /// native backend fell back to no namespaces (the host refused them) under `auto`.
+    weaker_notice: Option<String>,
 }
 
 /// Reads a chunked stream into a bounded channel, so the child never blocks on a full pipe
@@ -265,6 +268,7 @@ impl Session {
             policy: policy.clone(),
             installed: Default::default(),
             redactor: Arc::new(Redactor::disabled()),
+            weaker_notice: None,
         };
         s.ensure_running().await?;
         Ok(s)
@@ -398,6 +402,15 @@ impl Session {
         tracing::info!(session = %self.id, language = %self.spec.language, backend = self.backend_name(), version = %running.version, "session started");
         self.since_start = 0;
         self.installed.clear();
+        let fell_back = self.backend.kind() == crate::backend::BackendKind::Linux
+            && self.policy.linux.namespaces == crate::policy::NamespaceMode::Auto
+            && running
+                .layers
+                .as_ref()
+                .is_some_and(|l| l.namespaces.is_empty());
+        if fell_back {
+            self.weaker_notice = Some("this sandbox runs without namespaces, because the host refused them: it sees host paths (cwd is the session's host directory) and relies on Landlock, seccomp and sandpit's waiter alone; `sandpit doctor` says why and what remains".into());
+        }
         self.running = Some(running);
         Ok(())
     }
@@ -745,6 +758,9 @@ impl Session {
                 0,
                 format!("the session's sandbox was recycled {reason}; its state was lost"),
             );
+        }
+        if let Some(notice) = self.weaker_notice.take() {
+            result.warnings.insert(0, notice);
         }
         if let Some(why) = disk_killed {
             result.warnings.insert(
