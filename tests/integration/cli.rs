@@ -255,3 +255,54 @@ fn secrets_stay_out_of_output_logs_and_audit() {
     assert!(!log.contains(secret), "{log}");
     assert!(rec["code"].as_str().unwrap().contains("***"), "{rec}");
 }
+
+/// A host where namespaces unshare but a fresh /proc cannot be mounted (a container that masks
+/// parts of its /proc; made here with a tmpfs over /proc/sys in a mount namespace of our own):
+/// `auto` runs the session without namespaces instead of failing at the helper's mounts, doctor
+/// says why, and the result warns that the sandbox is weaker. Needs root (to make the mount
+/// namespace) and runs the sandbox as `nobody`, as a laptop user would.
+#[test]
+fn a_masked_proc_falls_back_to_no_namespaces_and_says_so() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: needs root to build a mount namespace with a masked /proc");
+        return;
+    }
+    let exe = env!("CARGO_BIN_EXE_sandpit");
+    let script = format!(
+        "mount -t tmpfs tmpfs /proc/sys && cd /tmp && \
+         runuser -u nobody -- env -u SANDPIT_HELPER {exe} doctor --json > /tmp/sandpit-masked-doctor.$$ ; \
+         runuser -u nobody -- env -u SANDPIT_HELPER {exe} run -b linux --json 'print(41 + 1)'; \
+         cat /tmp/sandpit-masked-doctor.$$ >&2; rm -f /tmp/sandpit-masked-doctor.$$"
+    );
+    let out = Command::new("unshare")
+        .args([
+            "--mount",
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            "bash",
+            "-c",
+            &script,
+        ])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("unshare");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let r: serde_json::Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("{e}: stdout {stdout:?} stderr {stderr}"));
+    assert_eq!(r["status"], "ok", "{r}");
+    assert_eq!(r["stdout"], "42\n", "{r}");
+    assert!(
+        r["warnings"][0]
+            .as_str()
+            .unwrap_or_default()
+            .contains("without namespaces, because the host refused them"),
+        "{r}"
+    );
+    assert!(
+        stderr.contains("mount proc in the new PID namespace"),
+        "doctor does not say why: {stderr}"
+    );
+}
