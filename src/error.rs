@@ -163,20 +163,26 @@ impl Error {
 
     /// The message with the source chain and the hint, as users see it.
     pub fn message_with_hint(&self) -> String {
-        let mut msg = self.to_string();
         // Every cause down the chain that the message does not already say (a bollard error,
         // the hyper error under it, the OS error under that: "Permission denied").
-        let mut cause = std::error::Error::source(self);
-        while let Some(c) = cause {
-            let text = c.to_string();
-            if !msg.contains(&text) {
-                msg.push_str(&format!(": {text}"));
-            }
-            cause = c.source();
-        }
+        let mut msg = with_causes(self.to_string(), self);
         if let Some(h) = self.hint() {
             msg.push_str(&format!(" (hint: {h})"));
         }
         msg
     }
+}
+
+/// `message`, then every cause down `err`'s source chain that the text does not already say
+/// (a client error, the transport error under it, the OS error under that), `: `-separated.
+pub fn with_causes(mut message: String, err: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = err.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !message.contains(&text) {
+            message.push_str(&format!(": {text}"));
+        }
+        cause = c.source();
+    }
+    message
 }

@@ -44,6 +44,41 @@ pub fn random_hex(bytes: usize) -> Result<String> {
     Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
+/// `openat2(dir, path, flags, mode, resolve)`: the one wrapper of the syscall that resolves a
+/// path under the kernel's rules (`RESOLVE_BENEATH`, `RESOLVE_NO_SYMLINKS`, ...). `flags` are
+/// taken as given (add `O_CLOEXEC`).
+#[cfg(target_os = "linux")]
+pub fn openat2(
+    dir: std::os::fd::RawFd,
+    path: &std::ffi::CStr,
+    flags: i32,
+    mode: u64,
+    resolve: u64,
+) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: open_how is a plain C struct; zeroed is a valid value we then fill in.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = flags as u64;
+    how.mode = mode;
+    how.resolve = resolve;
+    // SAFETY: a dirfd, a NUL-terminated path and an open_how of the size we pass, all alive
+    // for the call; the kernel returns a new descriptor or -1.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir,
+            path.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor; we own it.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::types::{Encoding, FileSpec, OutputFile};
 use base64::Engine as _;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path};
 
@@ -35,30 +35,18 @@ fn check_relative(path: &str) -> Result<&Path> {
 fn open_beneath(dir: &OwnedFd, path: &Path, flags: i32, mode: u32) -> std::io::Result<OwnedFd> {
     let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
         .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
-    // SAFETY: open_how is a plain C struct; zeroed is a valid value we then fill in.
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (flags | libc::O_CLOEXEC | libc::O_NOFOLLOW) as u64;
-    how.mode = if flags & libc::O_CREAT != 0 {
+    let mode = if flags & libc::O_CREAT != 0 {
         mode as u64
     } else {
         0
     };
-    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
-    // SAFETY: valid dirfd, NUL-terminated path and an open_how of the size we pass.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            &how as *const libc::open_how,
-            std::mem::size_of::<libc::open_how>(),
-        )
-    };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: the kernel just returned this descriptor; we own it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    crate::util::openat2(
+        dir.as_raw_fd(),
+        &c,
+        flags | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+        mode,
+        libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
+    )
 }
 
 fn open_dir(p: &Path) -> std::io::Result<OwnedFd> {

@@ -14,7 +14,7 @@ use nix::dir::Dir;
 use nix::fcntl::AtFlags;
 use nix::sys::stat::{fstat, fstatat, FileStat, SFlag};
 use std::collections::HashSet;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -179,33 +179,22 @@ fn add(usage: &mut Usage, seen: &mut HashSet<(u64, u64)>, st: &FileStat) {
 fn open_beneath(dir: &OwnedFd, rel: &Path) -> std::io::Result<OwnedFd> {
     let c = std::ffi::CString::new(rel.as_os_str().as_bytes())
         .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
-    // SAFETY: open_how is a plain C struct; zeroed is a valid value we then fill in.
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64;
-    how.resolve = libc::RESOLVE_BENEATH
-        | libc::RESOLVE_NO_SYMLINKS
-        | libc::RESOLVE_NO_MAGICLINKS
-        | libc::RESOLVE_NO_XDEV;
-    // SAFETY: a valid dirfd, a NUL-terminated path and an open_how of the size we pass.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            &how as *const libc::open_how,
-            std::mem::size_of::<libc::open_how>(),
-        )
-    };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: the kernel just returned this descriptor; we own it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    crate::util::openat2(
+        dir.as_raw_fd(),
+        &c,
+        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        0,
+        libc::RESOLVE_BENEATH
+            | libc::RESOLVE_NO_SYMLINKS
+            | libc::RESOLVE_NO_MAGICLINKS
+            | libc::RESOLVE_NO_XDEV,
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::FromRawFd;
     use std::os::unix::fs::PermissionsExt;
 
     fn measure_dir(p: &Path) -> Usage {

@@ -24,16 +24,7 @@ pub enum DockerError {
 impl DockerError {
     /// The whole cause chain in one line, for `doctor`'s facts.
     pub fn chain(&self) -> String {
-        let mut out = self.to_string();
-        let mut cause = std::error::Error::source(self);
-        while let Some(c) = cause {
-            let text = c.to_string();
-            if !out.contains(&text) {
-                out.push_str(&format!(": {text}"));
-            }
-            cause = c.source();
-        }
-        out
+        crate::error::with_causes(self.to_string(), self)
     }
 }
 

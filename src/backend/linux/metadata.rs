@@ -308,27 +308,16 @@ fn open_path(path: &Path, flags: i32) -> Result<OwnedFd, i32> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// `openat2(dir, path, O_PATH | flags, resolve)`.
+/// `openat2(dir, path, O_PATH | flags, resolve)`, failing with the raw errno.
 fn openat2(dir: RawFd, path: &CStr, flags: i32, resolve: u64) -> Result<OwnedFd, i32> {
-    // SAFETY: open_how is plain data; zero is its default for every field.
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (libc::O_PATH | libc::O_CLOEXEC | flags) as u64;
-    how.resolve = resolve;
-    // SAFETY: openat2 reads the path and `how` (its size passed), both alive for the call.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            dir,
-            path.as_ptr(),
-            &how as *const libc::open_how,
-            std::mem::size_of::<libc::open_how>(),
-        )
-    };
-    if fd < 0 {
-        return Err(errno());
-    }
-    // SAFETY: a descriptor the kernel just gave us.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    crate::util::openat2(
+        dir,
+        path,
+        libc::O_PATH | libc::O_CLOEXEC | flags,
+        0,
+        resolve,
+    )
+    .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
 }
 
 fn fstat(fd: RawFd) -> Result<libc::stat, i32> {

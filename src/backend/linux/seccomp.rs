@@ -226,6 +226,17 @@ pub fn install(filters: &[(String, BpfProgram)]) -> Result<(), SeccompError> {
 mod tests {
     use super::*;
 
+    /// Every optional filter on.
+    fn all_filters() -> Options {
+        Options {
+            deny_network: true,
+            deny_unix_sockets: true,
+            deny_other_processes: true,
+            deny_sysv_ipc: true,
+            deny_sigio_owner: true,
+        }
+    }
+
     fn profile() -> Value {
         serde_json::from_str(PROFILE).unwrap()
     }
@@ -233,13 +244,7 @@ mod tests {
     #[test]
     fn compiles_for_every_supported_arch() {
         for arch in [TargetArch::x86_64, TargetArch::aarch64] {
-            let all = Options {
-                deny_network: true,
-                deny_unix_sockets: true,
-                deny_other_processes: true,
-                deny_sysv_ipc: true,
-                deny_sigio_owner: true,
-            };
+            let all = all_filters();
             let f = compile(arch, all).unwrap();
             let names: Vec<_> = f.iter().map(|(n, _)| n.as_str()).collect();
             assert_eq!(
@@ -447,13 +452,7 @@ mod tests {
     /// options on (`insta`; a reordering or a grown program is a diff to review).
     #[test]
     fn golden_filter_order() {
-        let all = Options {
-            deny_network: true,
-            deny_unix_sockets: true,
-            deny_other_processes: true,
-            deny_sysv_ipc: true,
-            deny_sigio_owner: true,
-        };
+        let all = all_filters();
         for arch in [TargetArch::x86_64, TargetArch::aarch64] {
             let f: Vec<String> = compile(arch, all)
                 .unwrap()
