@@ -493,6 +493,45 @@ mod functional {
         s.kill().await;
     }
 
+    /// The spec says what to run; the backend picks the interpreter. A host backend runs the
+    /// policy's host interpreter and names a missing one; Docker runs the image's, so a host
+    /// without that interpreter still runs sessions there.
+    pub async fn the_backend_chooses_the_interpreter(ctx: Ctx) {
+        let mut policy = ctx.policy.clone();
+        policy.interpreters.python = "/nonexistent/python3".into();
+        let choice = sandpit::backend::BackendChoice::Only(ctx.kind());
+        let backend = sandpit::backend::select(choice, &policy, &common::helper())
+            .await
+            .expect("the same backend, with another policy");
+        let config = SessionConfig {
+            language: Language::Python,
+            session_id: None,
+            workspace: None,
+            network: false,
+            limits: policy.limits.clone(),
+        };
+        let started = Session::start(&policy, backend, config).await;
+        if ctx.kind() == sandpit::backend::BackendKind::Docker {
+            let mut s = started.expect("docker needs no host interpreter");
+            let r = exec(&mut s, "import sys; result = sys.executable").await;
+            assert_eq!(
+                r.result,
+                Some(serde_json::json!("/usr/bin/python3")),
+                "{r:?}"
+            );
+            s.kill().await;
+        } else {
+            let e = started
+                .err()
+                .expect("a missing host interpreter is refused");
+            let msg = e.message_with_hint();
+            assert!(
+                msg.contains("/nonexistent/python3") && msg.contains("SANDPIT_PYTHON"),
+                "{msg}"
+            );
+        }
+    }
+
     pub async fn recycling_is_reported(ctx: Ctx) {
         let Some(n) = ctx.backend.recycle_after() else {
             eprintln!(
@@ -1368,6 +1407,7 @@ matrix!(functional; [linux, linux_no_ns, linux_no_ns_abi4, docker, unsandboxed];
     workspace_modules_import,
     bash_exit_ends_the_cell_not_the_session,
     recycling_is_reported,
+    the_backend_chooses_the_interpreter,
 );
 
 matrix!(containment; [linux, linux_no_ns, linux_no_ns_abi4, docker];

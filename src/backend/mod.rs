@@ -113,24 +113,67 @@ pub struct LayersReport {
     pub rlimits: Vec<String>,
 }
 
-/// Everything a backend needs to start one session's interpreter.
+/// What to run, never how: one session's driver and the sandbox it must run in. Each backend
+/// decides how ([`Backend::plan`]): the host's interpreter under namespaces, the image's in a
+/// container, a rendered Seatbelt profile, a wasm module.
 #[derive(Debug, Clone)]
 pub struct LaunchSpec {
     pub session_id: String,
     pub language: Language,
-    /// The interpreter's real path.
-    pub interpreter: PathBuf,
-    /// The full argv (interpreter, flags, driver source).
-    pub argv: Vec<String>,
+    /// The driver's arguments after the interpreter: its flags and source
+    /// (`pipeline::wrapper::driver_args`).
+    pub driver_args: Vec<String>,
     /// Extra environment (`SANDPIT_*`); the backend adds PATH, HOME, TMPDIR, LANG, TERM.
     pub env: Vec<(String, String)>,
-    pub limits: Limits,
-    pub network: bool,
-    /// Read-only system paths from the policy.
-    pub read_only: Vec<PathBuf>,
-    /// A host directory to use as the workspace (kept after the session); `None`: a fresh one.
-    pub workspace: Option<PathBuf>,
+    pub sandbox: SandboxPolicy,
+    /// Where the backend keeps its per-session host state.
     pub state_dir: PathBuf,
+}
+
+/// What the sandbox may do, as data; every backend enforces all of it or refuses to start.
+#[derive(Debug, Clone)]
+pub struct SandboxPolicy {
+    pub limits: Limits,
+    /// Outbound network (the policy's and the request's say together).
+    pub network: bool,
+    /// System paths the code may read and execute (the policy's `filesystem.read_only`), for
+    /// backends that show the host's filesystem.
+    pub read_only: Vec<PathBuf>,
+    /// The one writable root besides scratch space: a host directory to use as the workspace
+    /// (kept after the session), or `None` for a fresh one removed with the sandbox.
+    pub workspace: Option<PathBuf>,
+}
+
+/// The host interpreter for `language` from the policy's `[interpreters]`, for the backends
+/// that run the host's own: it must exist.
+pub fn host_interpreter(
+    backend: BackendKind,
+    interpreters: &crate::policy::Interpreters,
+    language: Language,
+) -> Result<PathBuf> {
+    let path = interpreters.path(language).to_path_buf();
+    if path.is_file() {
+        return Ok(path);
+    }
+    Err(Error::unavailable(
+        backend.as_str(),
+        format!(
+            "the {language} interpreter {} does not exist (set it in sandpit.toml [interpreters] or SANDPIT_{})",
+            path.display(),
+            match language {
+                Language::Python => "PYTHON",
+                Language::Javascript => "NODE",
+                Language::Bash => "BASH",
+            }
+        ),
+    ))
+}
+
+/// `interpreter` followed by the spec's driver arguments.
+pub fn argv(interpreter: &std::path::Path, spec: &LaunchSpec) -> Vec<String> {
+    std::iter::once(interpreter.display().to_string())
+        .chain(spec.driver_args.iter().cloned())
+        .collect()
 }
 
 /// The environment every sandbox starts with (`interface.md` §2): `PATH HOME TMPDIR LANG TERM
@@ -215,17 +258,19 @@ pub struct Launched {
     pub control: Box<dyn SandboxControl>,
 }
 
-/// A way of running confined interpreters.
+/// A way of running confined interpreters: a planner and a spawner.
+///
+/// [`Backend::plan`] turns a [`LaunchSpec`] into a [`Plan`]: it decides how to enforce the
+/// spec's sandbox here and prepares the host state the sandbox needs (its directories, a uid,
+/// a cgroup); the decision itself is a pure function each backend unit-tests (golden plans).
+/// [`Plan::spawn`] is the only step that starts a process or a container. [`launch`] does both.
 pub trait Backend: Send + Sync {
     fn kind(&self) -> BackendKind;
-    /// Starts one interpreter as described.
-    fn launch<'a>(&'a self, spec: &'a LaunchSpec) -> BoxFuture<'a, Result<Launched>>;
+    /// Decides how to run `spec` on this host and prepares what the sandbox needs.
+    fn plan<'a>(&'a self, spec: &'a LaunchSpec) -> BoxFuture<'a, Result<Box<dyn Plan>>>;
+    /// The interpreter's path as the sandbox sees it: the host's, or the image's.
+    fn interpreter(&self, language: Language) -> PathBuf;
     /// Replace a session's sandbox after this many executions (`None`: never).
-    /// The interpreter's path as the sandbox sees it: the policy's host path, or the image's.
-    fn sandbox_interpreter(&self, language: Language, policy: &Policy) -> PathBuf {
-        policy.interpreters.path(language).to_path_buf()
-    }
-
     fn recycle_after(&self) -> Option<u64> {
         None
     }
@@ -233,6 +278,23 @@ pub trait Backend: Send + Sync {
     fn recycle_idle(&self) -> Option<std::time::Duration> {
         None
     }
+}
+
+/// One sandbox, decided and prepared but not started. Dropping it releases what was prepared.
+pub trait Plan: Send {
+    /// The plan as data (logged at trace level: `RUST_LOG=sandpit=trace`).
+    fn describe(&self) -> serde_json::Value;
+    /// Starts the sandbox as planned.
+    fn spawn(self: Box<Self>) -> BoxFuture<'static, Result<Launched>>;
+}
+
+/// Plans, then spawns, one sandbox for `spec`.
+pub async fn launch(backend: &dyn Backend, spec: &LaunchSpec) -> Result<Launched> {
+    let plan = backend.plan(spec).await?;
+    if tracing::enabled!(tracing::Level::TRACE) {
+        tracing::trace!(session = %spec.session_id, backend = backend.kind().as_str(), plan = %plan.describe(), "launch plan");
+    }
+    plan.spawn().await
 }
 
 /// Whether a backend can run here, and exactly why not.
@@ -332,7 +394,9 @@ pub async fn select(
                 helper.to_path_buf(),
             )),
             BackendKind::Docker => std::sync::Arc::new(docker::DockerBackend::connect().await?),
-            BackendKind::Unsandboxed => std::sync::Arc::new(unsandboxed::UnsandboxedBackend::new()),
+            BackendKind::Unsandboxed => std::sync::Arc::new(unsandboxed::UnsandboxedBackend::new(
+                policy.interpreters.clone(),
+            )),
             _ => unreachable_backend(kind)?,
         });
     }
@@ -365,4 +429,43 @@ pub fn helper_path() -> Result<PathBuf> {
             e,
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_host_interpreter_is_named_with_its_setting() {
+        let mut interpreters = crate::policy::Policy::default().interpreters;
+        interpreters.javascript = "/nonexistent/node".into();
+        let e =
+            host_interpreter(BackendKind::Linux, &interpreters, Language::Javascript).unwrap_err();
+        assert_eq!(e.code(), crate::error::ErrorCode::BackendUnavailable);
+        let msg = e.to_string();
+        assert!(
+            msg.contains("/nonexistent/node") && msg.contains("SANDPIT_NODE"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn argv_is_the_interpreter_then_the_driver() {
+        let spec = LaunchSpec {
+            session_id: "s1".into(),
+            language: Language::Python,
+            driver_args: crate::pipeline::wrapper::driver_args(Language::Python),
+            env: vec![],
+            sandbox: SandboxPolicy {
+                limits: crate::policy::Policy::default().limits,
+                network: false,
+                read_only: vec![],
+                workspace: None,
+            },
+            state_dir: "/state".into(),
+        };
+        let argv = argv(std::path::Path::new("/usr/bin/python3"), &spec);
+        assert_eq!(argv[..3], ["/usr/bin/python3", "-I", "-c"]);
+        assert!(argv[3].contains("def "), "the driver's source comes last");
+    }
 }

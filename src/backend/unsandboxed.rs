@@ -2,28 +2,68 @@
 //! a clean environment and its own workspace directory. For development and for measuring what
 //! the sandbox costs; never chosen by `auto`, and the CLI warns when it is used.
 
-use super::{BackendKind, BoxFuture, LaunchSpec, Launched};
+use super::{BackendKind, BoxFuture, LaunchSpec, Launched, Plan};
 use crate::error::{Error, Result};
+use crate::policy::Interpreters;
+use crate::types::Language;
+use std::path::PathBuf;
 
-pub struct UnsandboxedBackend;
+pub struct UnsandboxedBackend {
+    interpreters: Interpreters,
+}
 
 impl UnsandboxedBackend {
-    pub fn new() -> Self {
-        UnsandboxedBackend
+    pub fn new(interpreters: Interpreters) -> Self {
+        UnsandboxedBackend { interpreters }
     }
 }
 
-impl Default for UnsandboxedBackend {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-struct TempDir(std::path::PathBuf);
+/// The session's directories, removed when the session ends.
+struct TempDir(PathBuf);
 
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The host interpreter started in the session's workspace with the clean environment.
+struct UnsandboxedPlan {
+    program: super::pty_spawn::Program,
+    workspace: PathBuf,
+    dirs: TempDir,
+}
+
+impl Plan for UnsandboxedPlan {
+    fn describe(&self) -> serde_json::Value {
+        serde_json::json!({
+            "argv0": self.program.path,
+            "env": self.program.env,
+            "cwd": self.program.cwd,
+            "confinement": "none",
+        })
+    }
+
+    fn spawn(self: Box<Self>) -> BoxFuture<'static, Result<Launched>> {
+        let UnsandboxedPlan {
+            program,
+            workspace,
+            dirs,
+        } = *self;
+        Box::pin(async move {
+            super::pty_spawn::spawn(
+                program,
+                super::pty_spawn::Extras {
+                    place: None,
+                    guard: Box::new(dirs),
+                    oom_killed: None,
+                    kill_all: None,
+                    workspace: Some(workspace),
+                    // No limit of any kind applies here, the disk cap included.
+                    disk: None,
+                },
+            )
+        })
     }
 }
 
@@ -32,11 +72,19 @@ impl super::Backend for UnsandboxedBackend {
         BackendKind::Unsandboxed
     }
 
-    fn launch<'a>(&'a self, spec: &'a LaunchSpec) -> BoxFuture<'a, Result<Launched>> {
+    fn interpreter(&self, language: Language) -> PathBuf {
+        self.interpreters.path(language).to_path_buf()
+    }
+
+    fn plan<'a>(&'a self, spec: &'a LaunchSpec) -> BoxFuture<'a, Result<Box<dyn Plan>>> {
         Box::pin(async move {
+            let interpreter =
+                super::host_interpreter(self.kind(), &self.interpreters, spec.language)?;
             let name = crate::util::random_hex(16)?;
             let base = spec.state_dir.join("unsandboxed").join(&name[..16]);
+            let dirs = TempDir(base.clone());
             let workspace = spec
+                .sandbox
                 .workspace
                 .clone()
                 .unwrap_or_else(|| base.join("workspace"));
@@ -51,23 +99,17 @@ impl super::Backend for UnsandboxedBackend {
                 &workspace.display().to_string(),
                 spec,
             );
-            super::pty_spawn::spawn(
-                super::pty_spawn::Program {
-                    path: spec.interpreter.clone(),
-                    args: spec.argv[1..].to_vec(),
+            let argv = super::argv(&interpreter, spec);
+            Ok(Box::new(UnsandboxedPlan {
+                program: super::pty_spawn::Program {
+                    path: interpreter,
+                    args: argv[1..].to_vec(),
                     env,
                     cwd: Some(workspace.clone()),
                 },
-                super::pty_spawn::Extras {
-                    place: None,
-                    guard: Box::new(TempDir(base)),
-                    oom_killed: None,
-                    kill_all: None,
-                    workspace: Some(workspace),
-                    // No limit of any kind applies here, the disk cap included.
-                    disk: None,
-                },
-            )
+                workspace,
+                dirs,
+            }) as Box<dyn Plan>)
         })
     }
 }

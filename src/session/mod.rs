@@ -218,41 +218,21 @@ impl Session {
             Some(id) => id,
             None => format!("s-{}", crate::util::random_hex(6)?),
         };
-        let interpreter = policy.interpreters.path(config.language).to_path_buf();
-        if !interpreter.is_file() {
-            return Err(Error::BackendUnavailable {
-                backend: backend.kind().as_str().into(),
-                reason: format!(
-                    "the {} interpreter {} does not exist (set it in sandpit.toml [interpreters] or SANDPIT_{})",
-                    config.language,
-                    interpreter.display(),
-                    match config.language {
-                        Language::Python => "PYTHON",
-                        Language::Javascript => "NODE",
-                        Language::Bash => "BASH",
-                    }
-                ),
-                source: None,
-            });
-        }
-        let argv = wrapper::driver_argv(config.language, &interpreter)
-            .into_iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
         let spec = LaunchSpec {
             session_id: id.clone(),
             language: config.language,
-            interpreter,
-            argv,
+            driver_args: wrapper::driver_args(config.language),
             env: vec![
                 ("SANDPIT_SESSION_ID".into(), id.clone()),
                 ("SANDPIT_LANGUAGE".into(), config.language.as_str().into()),
                 ("SANDPIT_BACKEND".into(), backend.kind().as_str().into()),
             ],
-            limits: config.limits,
-            network: config.network,
-            read_only: policy.filesystem.read_only.clone(),
-            workspace: config.workspace,
+            sandbox: crate::backend::SandboxPolicy {
+                limits: config.limits,
+                network: config.network,
+                read_only: policy.filesystem.read_only.clone(),
+                workspace: config.workspace,
+            },
             state_dir: policy.state_dir_for(crate::util::euid()),
         };
         let mut s = Session {
@@ -327,7 +307,7 @@ impl Session {
         if self.running.is_some() {
             return Ok(());
         }
-        let launched = self.backend.launch(&self.spec).await?;
+        let launched = crate::backend::launch(self.backend.as_ref(), &self.spec).await?;
         let control: Arc<dyn SandboxControl> = launched.control.into();
         let disk = match control.disk() {
             Some(cap) => Some(disk::SessionDisk::start(cap, Arc::downgrade(&control)).await),
@@ -569,7 +549,7 @@ impl Session {
         } = self.replace_if_needed().await;
         self.ensure_running().await?;
         self.since_start += 1;
-        let limit = self.spec.limits.output_bytes as usize;
+        let limit = self.spec.sandbox.limits.output_bytes as usize;
         let language = self.spec.language;
         let id = self.next_cell;
         self.next_cell += 1;
@@ -790,7 +770,7 @@ impl Session {
                 workspace_memory,
             },
             opts.timeout,
-            self.spec.limits.memory_mb,
+            self.spec.sandbox.limits.memory_mb,
             &mut result,
         );
         result.warnings.extend(disk_warnings);

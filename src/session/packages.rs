@@ -106,10 +106,7 @@ pub async fn install(
         ("PKGS", packages.join("\n")),
         (
             "PYBIN",
-            backend
-                .sandbox_interpreter(Language::Python, policy)
-                .display()
-                .to_string(),
+            backend.interpreter(Language::Python).display().to_string(),
         ),
     ]
     .into_iter()

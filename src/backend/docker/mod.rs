@@ -168,7 +168,7 @@ pub fn container_config(
     session: &str,
     seccomp: &str,
 ) -> ContainerCreateBody {
-    let l = &spec.limits;
+    let l = &spec.sandbox.limits;
     let mb = 1024 * 1024;
     let memory = (l.memory_mb * mb) as i64;
     let interpreter = image_interpreter(spec.language);
@@ -183,7 +183,7 @@ pub fn container_config(
         "sandpit-launch".to_string(),
         interpreter.to_string(),
     ];
-    cmd.extend(spec.argv.iter().skip(1).cloned());
+    cmd.extend(spec.driver_args.iter().cloned());
     let mut env: Vec<String> = super::sandbox_env("/home/sandbox", "/tmp", "/workspace", spec)
         .into_iter()
         .map(|(k, v)| format!("{k}={v}"))
@@ -234,7 +234,7 @@ pub fn container_config(
         attach_stderr: Some(true),
         open_stdin: Some(false),
         tty: Some(false),
-        network_disabled: Some(!spec.network),
+        network_disabled: Some(!spec.sandbox.network),
         host_config: Some(HostConfig {
             privileged: Some(false),
             readonly_rootfs: Some(true),
@@ -247,7 +247,7 @@ pub fn container_config(
                 typ: Some("none".into()),
                 config: None,
             }),
-            network_mode: Some(if spec.network {
+            network_mode: Some(if spec.sandbox.network {
                 "bridge".into()
             } else {
                 "none".into()
@@ -333,10 +333,13 @@ impl DockerBackend {
         }
     }
 
-    async fn launch_now(&self, spec: &LaunchSpec) -> Result<Launched> {
+    /// The host side of a session's container, prepared: its directory (workspace and channel
+    /// FIFOs), the disk cap's mount, and the container configuration, as data.
+    fn plan_now(&self, spec: &LaunchSpec) -> Result<DockerPlan> {
         let name = crate::util::random_hex(8)?;
         let base = spec.state_dir.join("docker").join(&name);
         let workspace = spec
+            .sandbox
             .workspace
             .clone()
             .unwrap_or_else(|| base.join("workspace"));
@@ -361,7 +364,11 @@ impl DockerBackend {
         };
         prepare_workspace(&workspace)?;
         // The disk cap: a tmpfs on a workspace made here, as root, kept if the engine sees it.
-        guard.disk = disk_cap::mount(&workspace, spec.workspace.is_none(), &spec.limits);
+        guard.disk = disk_cap::mount(
+            &workspace,
+            spec.sandbox.workspace.is_none(),
+            &spec.sandbox.limits,
+        );
         for f in ["req", "resp"] {
             let p = channels.join(f);
             nix::unistd::mkfifo(&p, nix::sys::stat::Mode::from_bits_truncate(0o666))
@@ -370,13 +377,66 @@ impl DockerBackend {
             std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o666))
                 .map_err(|e| Error::io(format!("chmod {}", p.display()), e))?;
         }
-        let seccomp = seccomp_profile::docker_profile(!spec.network).map_err(Error::sandbox)?;
+        let seccomp =
+            seccomp_profile::docker_profile(!spec.sandbox.network).map_err(Error::sandbox)?;
         let config = container_config(spec, &workspace, &channels, &spec.session_id, &seccomp);
-        let created = self
-            .docker
+        Ok(DockerPlan {
+            docker: self.docker.clone(),
+            name: format!("sandpit-{name}"),
+            session: spec.session_id.clone(),
+            config,
+            workspace,
+            channels,
+            limits: spec.sandbox.limits.clone(),
+            guard,
+        })
+    }
+}
+
+/// One session's container, planned: [`DockerPlan::spawn_now`] asks the engine for it.
+struct DockerPlan {
+    docker: Docker,
+    /// The container's name.
+    name: String,
+    session: String,
+    config: ContainerCreateBody,
+    workspace: PathBuf,
+    channels: PathBuf,
+    limits: crate::policy::Limits,
+    guard: DirGuard,
+}
+
+impl super::Plan for DockerPlan {
+    fn describe(&self) -> serde_json::Value {
+        serde_json::json!({
+            "container": self.name,
+            "config": serde_json::to_value(&self.config).unwrap_or_default(),
+            "disk_tmpfs": self.guard.disk.is_some(),
+        })
+    }
+
+    fn spawn(self: Box<Self>) -> BoxFuture<'static, Result<Launched>> {
+        Box::pin(self.spawn_now())
+    }
+}
+
+impl DockerPlan {
+    /// Creates, attaches to and starts the container, then opens its channels.
+    async fn spawn_now(self) -> Result<Launched> {
+        let DockerPlan {
+            docker,
+            name,
+            session,
+            config,
+            workspace,
+            channels,
+            limits,
+            mut guard,
+        } = self;
+        let created = docker
             .create_container(
                 Some(CreateContainerOptions {
-                    name: Some(format!("sandpit-{name}")),
+                    name: Some(name),
                     ..Default::default()
                 }),
                 config,
@@ -388,14 +448,13 @@ impl DockerBackend {
             })?;
         let id = created.id;
         guard.container = Some(id.clone());
-        if guard.disk.is_some() && !disk_cap::engine_sees_it(&self.docker, &id).await {
+        if guard.disk.is_some() && !disk_cap::engine_sees_it(&docker, &id).await {
             if let Some(m) = guard.disk.take() {
                 disk_cap::give_up(m, &workspace);
             }
         }
-        let disk = disk_cap::cap(&workspace, guard.disk.is_some(), &spec.limits);
-        let attach = self
-            .docker
+        let disk = disk_cap::cap(&workspace, guard.disk.is_some(), &limits);
+        let attach = docker
             .attach_container(
                 &id,
                 Some(AttachContainerOptions {
@@ -413,7 +472,7 @@ impl DockerBackend {
         let (stdout_r, stdout_w) = tokio::io::simplex(64 * 1024);
         let (stderr_r, stderr_w) = tokio::io::simplex(64 * 1024);
         tokio::spawn(demux(attach.output, stdout_w, stderr_w));
-        self.docker
+        docker
             .start_container(
                 &id,
                 None::<bollard::query_parameters::StartContainerOptions>,
@@ -425,7 +484,7 @@ impl DockerBackend {
             })?;
         let stopper = stop_now::find(Path::new("/sys/fs/cgroup"), &id);
         let (requests, responses) = open_channels(&channels).await?;
-        tracing::debug!(container = %id, session = %spec.session_id, "docker sandbox started");
+        tracing::debug!(container = %id, session = %session, "docker sandbox started");
         Ok(Launched {
             terminal_in: Box::new(tokio::io::sink()),
             stdout: Box::new(stdout_r),
@@ -433,7 +492,7 @@ impl DockerBackend {
             requests: Box::new(requests),
             responses: Box::new(responses),
             control: Box::new(DockerControl {
-                docker: self.docker.clone(),
+                docker,
                 id,
                 workspace,
                 disk,
@@ -567,11 +626,7 @@ impl super::Backend for DockerBackend {
         BackendKind::Docker
     }
 
-    fn sandbox_interpreter(
-        &self,
-        language: Language,
-        _policy: &crate::policy::Policy,
-    ) -> std::path::PathBuf {
+    fn interpreter(&self, language: Language) -> PathBuf {
         image_interpreter(language).into()
     }
 
@@ -583,8 +638,8 @@ impl super::Backend for DockerBackend {
         Some(RECYCLE_IDLE)
     }
 
-    fn launch<'a>(&'a self, spec: &'a LaunchSpec) -> BoxFuture<'a, Result<Launched>> {
-        Box::pin(self.launch_now(spec))
+    fn plan<'a>(&'a self, spec: &'a LaunchSpec) -> BoxFuture<'a, Result<Box<dyn super::Plan>>> {
+        Box::pin(async move { Ok(Box::new(self.plan_now(spec)?) as Box<dyn super::Plan>) })
     }
 }
 
@@ -769,18 +824,14 @@ mod tests {
         LaunchSpec {
             session_id: "s1".into(),
             language: Language::Python,
-            interpreter: "/usr/bin/python3".into(),
-            argv: vec![
-                "/usr/bin/python3".into(),
-                "-I".into(),
-                "-c".into(),
-                "driver".into(),
-            ],
+            driver_args: vec!["-I".into(), "-c".into(), "driver".into()],
             env: vec![("SANDPIT_SESSION_ID".into(), "s1".into())],
-            limits: p.limits.clone(),
-            network,
-            read_only: vec![],
-            workspace: None,
+            sandbox: crate::backend::SandboxPolicy {
+                limits: p.limits.clone(),
+                network,
+                read_only: vec![],
+                workspace: None,
+            },
             state_dir: "/state".into(),
         }
     }

@@ -23,6 +23,7 @@ pub mod uid;
 use super::{Availability, BackendKind, BoxFuture, LaunchSpec, Launched};
 use crate::error::{Error, Result};
 use crate::policy::Policy;
+use crate::types::Language;
 use plan::{BindKind, HostFacts, SessionDirs};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -440,16 +441,19 @@ impl super::Backend for LinuxBackend {
         BackendKind::Linux
     }
 
-    fn launch<'a>(&'a self, spec: &'a LaunchSpec) -> BoxFuture<'a, Result<Launched>> {
-        Box::pin(async move { self.launch_now(spec) })
+    fn interpreter(&self, language: Language) -> PathBuf {
+        self.policy.interpreters.path(language).to_path_buf()
+    }
+
+    fn plan<'a>(&'a self, spec: &'a LaunchSpec) -> BoxFuture<'a, Result<Box<dyn super::Plan>>> {
+        Box::pin(async move { Ok(Box::new(self.plan_now(spec)?) as Box<dyn super::Plan>) })
     }
 }
 
 impl LinuxBackend {
-    /// Plan, then spawn: the host's side of a session in named steps. Everything that touches
-    /// the host before the spawn is in [`Self::prepare`]; [`plan::build`] is pure; only
-    /// [`Self::spawn`] starts a process.
-    fn launch_now(&self, spec: &LaunchSpec) -> Result<Launched> {
+    /// Plan, then spawn: everything that touches the host before the spawn is in
+    /// [`Self::prepare`]; [`plan::build`] is pure; only [`Planned::spawn`] starts a process.
+    fn plan_now(&self, spec: &LaunchSpec) -> Result<Planned> {
         let t0 = std::time::Instant::now();
         let prepared = self.prepare(spec)?;
         tracing::debug!(
@@ -458,14 +462,20 @@ impl LinuxBackend {
             "session directories, uid and cgroup ready"
         );
         let plan = plan::build(spec, &prepared.dirs, &prepared.facts, &bind_kind);
-        tracing::debug!(session = %spec.session_id, backend = "linux", "starting sandbox");
-        self.spawn(plan, prepared)
+        tracing::debug!(session = %spec.session_id, backend = "linux", "sandbox planned");
+        Ok(Planned {
+            plan,
+            prepared,
+            helper: self.helper.clone(),
+        })
     }
 
     /// The host state a session needs before its helper starts: its directories, its uid (as
     /// root), its disk cap and its cgroup, all owned by the returned guard; and the facts the
     /// plan is built from.
     fn prepare(&self, spec: &LaunchSpec) -> Result<Prepared> {
+        let interpreter =
+            super::host_interpreter(BackendKind::Linux, &self.policy.interpreters, spec.language)?;
         let ns = namespaces_for(&self.policy, &self.helper);
         // SAFETY: geteuid/getegid have no preconditions.
         let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
@@ -483,14 +493,14 @@ impl LinuxBackend {
         // accounting. Without a mount namespace the sandbox writes to its host tmp and home too.
         let scratch: &[&Path] = if ns.ok { &[] } else { &[&dirs.tmp, &dirs.home] };
         let (mounts, disk) = super::disk::cap_session(
-            &spec.limits,
-            (&dirs.workspace, spec.workspace.is_none()),
+            &spec.sandbox.limits,
+            (&dirs.workspace, spec.sandbox.workspace.is_none()),
             scratch,
             session_ids.unwrap_or((uid, gid)),
             is_root,
         );
         guard.disk = mounts;
-        guard.cgroup = session_cgroup(&name, &spec.limits)?;
+        guard.cgroup = session_cgroup(&name, &spec.sandbox.limits)?;
         let facts = HostFacts {
             is_root,
             uid,
@@ -506,6 +516,7 @@ impl LinuxBackend {
             } else {
                 0
             },
+            interpreter,
         };
         if !ns.ok && facts.landlock_abi == 0 {
             return Err(Error::unavailable(
@@ -538,6 +549,7 @@ impl LinuxBackend {
         }
         let settings = &self.policy.linux;
         if let Some(u) = spec
+            .sandbox
             .workspace
             .as_deref()
             .and_then(|ws| sandbox_owner(ws, settings))
@@ -549,12 +561,36 @@ impl LinuxBackend {
         let ids = (lease.uid, lease.uid);
         Ok((Some(lease), Some(ids)))
     }
+}
 
-    /// Starts the helper on a fresh PTY with `plan`, handing it the prepared host state.
-    fn spawn(&self, plan: plan::LinuxPlan, prepared: Prepared) -> Result<Launched> {
-        let Prepared {
-            dirs, guard, disk, ..
-        } = prepared;
+/// One session's sandbox, planned and prepared ([`LinuxBackend::plan_now`]).
+struct Planned {
+    plan: plan::LinuxPlan,
+    prepared: Prepared,
+    /// The sandpit binary that runs the helper stage.
+    helper: PathBuf,
+}
+
+impl super::Plan for Planned {
+    fn describe(&self) -> serde_json::Value {
+        serde_json::to_value(&self.plan).unwrap_or_default()
+    }
+
+    fn spawn(self: Box<Self>) -> BoxFuture<'static, Result<Launched>> {
+        Box::pin(async move { self.spawn_now() })
+    }
+}
+
+impl Planned {
+    /// Starts the helper on a fresh PTY with the plan, handing it the prepared host state.
+    fn spawn_now(self) -> Result<Launched> {
+        let Planned {
+            plan,
+            prepared: Prepared {
+                dirs, guard, disk, ..
+            },
+            helper,
+        } = self;
         let pid_namespace = plan.namespaces.pid;
         let plan_json = serde_json::to_string(&plan)
             .map_err(|e| Error::sandbox(format!("encode plan: {e}")))?;
@@ -577,7 +613,7 @@ impl LinuxBackend {
         });
         super::pty_spawn::spawn(
             super::pty_spawn::Program {
-                path: self.helper.clone(),
+                path: helper,
                 args: vec![HELPER_ARG.into(), plan_json],
                 env: vec![],
                 cwd: None,
@@ -648,6 +684,7 @@ fn session_directories(
         .map_err(|e| Error::io(format!("lock {}", base.display()), e))?;
     let dirs = SessionDirs {
         workspace: spec
+            .sandbox
             .workspace
             .clone()
             .unwrap_or_else(|| base.join("workspace")),
@@ -663,7 +700,7 @@ fn session_directories(
         _owner: owner,
     };
     for d in [&dirs.workspace, &dirs.tmp, &dirs.home, &dirs.root] {
-        if spec.workspace.as_ref() != Some(d) {
+        if spec.sandbox.workspace.as_ref() != Some(d) {
             mkdir(d, 0o700)?;
         }
     }

@@ -29,6 +29,8 @@ pub struct HostFacts {
     /// Tasks the sandbox's uid already runs that RLIMIT_NPROC counts (it counts per user):
     /// non-zero only when the sandbox shares the caller's uid without a user namespace.
     pub nproc_base: u64,
+    /// The host interpreter for the spec's language (the policy's `[interpreters]`).
+    pub interpreter: PathBuf,
 }
 
 /// Which namespaces the helper unshares.
@@ -131,7 +133,7 @@ pub fn build(
     host: &HostFacts,
     bind_kind: &dyn Fn(&Path) -> Option<BindKind>,
 ) -> LinuxPlan {
-    let limits = &spec.limits;
+    let limits = &spec.sandbox.limits;
     let own_root = host.namespaces;
     let (workspace, tmp, home) = if own_root {
         (
@@ -144,7 +146,7 @@ pub fn build(
     };
     let (uid, gid) = host.session_ids.unwrap_or((host.uid, host.gid));
 
-    let mut argv: Vec<String> = spec.argv.clone();
+    let mut argv = crate::backend::argv(&host.interpreter, spec);
     let mb = 1024 * 1024;
     let memory_limit = match spec.language {
         Language::Javascript => {
@@ -180,8 +182,8 @@ pub fn build(
     );
 
     // Read-only system paths: the policy's list plus the interpreter's own directory.
-    let mut ro: Vec<PathBuf> = spec.read_only.clone();
-    if let Some(dir) = spec.interpreter.parent() {
+    let mut ro: Vec<PathBuf> = spec.sandbox.read_only.clone();
+    if let Some(dir) = host.interpreter.parent() {
         if !ro.iter().any(|p| dir.starts_with(p)) {
             ro.push(dir.to_path_buf());
         }
@@ -199,7 +201,7 @@ pub fn build(
         user: own_root && !host.is_root,
         mount: own_root,
         pid: own_root,
-        net: own_root && !spec.network,
+        net: own_root && !spec.sandbox.network,
         ipc: own_root,
         uts: own_root,
     };
@@ -244,7 +246,7 @@ pub fn build(
             .iter()
             .map(PathBuf::from)
             .collect(),
-            deny_tcp: !spec.network,
+            deny_tcp: !spec.sandbox.network,
             required: false,
             abi: host.landlock_abi,
         }
@@ -260,7 +262,7 @@ pub fn build(
         LandlockPlan {
             read_exec,
             read_write,
-            deny_tcp: !spec.network,
+            deny_tcp: !spec.sandbox.network,
             required: true,
             abi: host.landlock_abi,
         }
@@ -285,7 +287,7 @@ pub fn build(
         rlimits,
         landlock,
         seccomp: super::seccomp::Options {
-            deny_network: !spec.network,
+            deny_network: !spec.sandbox.network,
             // No mount namespace hides the host's unix sockets.
             deny_unix_sockets: !namespaces.mount,
             // No PID namespace: a pid may name any process of the host.
@@ -309,17 +311,14 @@ mod tests {
         LaunchSpec {
             session_id: "s1".into(),
             language: lang,
-            interpreter: p.interpreters.path(lang).to_path_buf(),
-            argv: vec![
-                p.interpreters.path(lang).display().to_string(),
-                "-c".into(),
-                "x".into(),
-            ],
+            driver_args: vec!["-c".into(), "x".into()],
             env: vec![("SANDPIT_SESSION_ID".into(), "s1".into())],
-            limits: p.limits.clone(),
-            network,
-            read_only: p.filesystem.read_only.clone(),
-            workspace: None,
+            sandbox: crate::backend::SandboxPolicy {
+                limits: p.limits.clone(),
+                network,
+                read_only: p.filesystem.read_only.clone(),
+                workspace: None,
+            },
             state_dir: "/state".into(),
         }
     }
@@ -343,7 +342,23 @@ mod tests {
             session_ids: is_root.then_some((2_000_001, 2_000_001)),
             in_cgroup: false,
             nproc_base: 0,
+            interpreter: "/usr/bin/python3".into(),
         }
+    }
+
+    /// [`super::build`] with the host's interpreter for the spec's language.
+    fn build(
+        spec: &LaunchSpec,
+        dirs: &SessionDirs,
+        host: &HostFacts,
+        kind: &dyn Fn(&Path) -> Option<BindKind>,
+    ) -> LinuxPlan {
+        let mut host = host.clone();
+        host.interpreter = Policy::default()
+            .interpreters
+            .path(spec.language)
+            .to_path_buf();
+        super::build(spec, dirs, &host, kind)
     }
 
     fn kind(p: &Path) -> Option<BindKind> {

@@ -15,25 +15,24 @@
 use crate::types::{ExceptionInfo, Language};
 use serde::Deserialize;
 use std::collections::BTreeMap;
-use std::ffi::OsString;
-use std::path::Path;
 
 pub const PYTHON_DRIVER: &str = include_str!("driver.py");
 pub const JAVASCRIPT_DRIVER: &str = include_str!("driver.js");
 pub const BASH_DRIVER: &str = include_str!("driver.sh");
 
-/// The argv that starts `lang`'s driver under `interpreter`.
-pub fn driver_argv(lang: Language, interpreter: &Path) -> Vec<OsString> {
-    let mut argv: Vec<OsString> = vec![interpreter.into()];
+/// The arguments that start `lang`'s driver, after the interpreter: its flags and source.
+pub fn driver_args(lang: Language) -> Vec<String> {
     let (flags, src): (&[&str], &str) = match lang {
         // -I: isolated mode (no PYTHON* variables, no user site-packages, no cwd on sys.path).
         Language::Python => (&["-I", "-c"], PYTHON_DRIVER),
         Language::Javascript => (&["-e"], JAVASCRIPT_DRIVER),
         Language::Bash => (&["--noprofile", "--norc", "-c"], BASH_DRIVER),
     };
-    argv.extend(flags.iter().map(OsString::from));
-    argv.push(src.into());
-    argv
+    flags
+        .iter()
+        .chain(std::iter::once(&src))
+        .map(|s| s.to_string())
+        .collect()
 }
 
 /// A fresh 128-bit nonce as 32 lowercase hex characters.
