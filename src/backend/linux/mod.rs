@@ -6,6 +6,8 @@
 //! build the [`plan::LinuxPlan`] and spawn the helper on a fresh PTY.
 
 pub mod cgroup;
+mod error;
+pub use error::LinuxError;
 pub mod helper;
 pub mod landlock_rules;
 pub mod metadata;
@@ -21,7 +23,7 @@ pub mod sysv_ipc;
 pub mod uid;
 
 use super::{Availability, BackendKind, BoxFuture, LaunchSpec, Launched};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::policy::Policy;
 use crate::types::Language;
 use plan::{BindKind, HostFacts, SessionDirs};
@@ -391,22 +393,19 @@ fn mkdir(p: &Path, mode: u32) -> Result<()> {
         .recursive(true)
         .mode(mode)
         .create(p)
-        .map_err(|e| Error::io(format!("create {}", p.display()), e))?;
+        .map_err(LinuxError::host("create", p))?;
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
-        .map_err(|e| Error::io(format!("chmod {}", p.display()), e))
+        .map_err(LinuxError::host("chmod", p))?;
+    Ok(())
 }
 
 /// The state directory may sit in a shared place (`/tmp`): refuse one somebody else owns or
 /// that is a symlink, so nobody can redirect our sessions.
 fn check_owner(p: &Path, uid: u32) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
-    let m =
-        std::fs::symlink_metadata(p).map_err(|e| Error::io(format!("stat {}", p.display()), e))?;
+    let m = std::fs::symlink_metadata(p).map_err(LinuxError::host("stat", p))?;
     if m.file_type().is_symlink() {
-        return Err(Error::sandbox(format!(
-            "the state directory {} is a symlink: refusing to use it, since whoever made it could redirect the sessions (choose another with SANDPIT_STATE_DIR or state_dir in sandpit.toml)",
-            p.display()
-        )));
+        return Err(LinuxError::StateDirIsSymlink { path: p.into() }.into());
     }
     if m.uid() != uid {
         let owner = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(m.uid()))
@@ -414,10 +413,12 @@ fn check_owner(p: &Path, uid: u32) -> Result<()> {
             .flatten()
             .map(|u| format!("{} (uid {})", u.name, m.uid()))
             .unwrap_or_else(|| format!("uid {}", m.uid()));
-        return Err(Error::sandbox(format!(
-            "the state directory {} belongs to {owner}, not to you (uid {uid}): refusing to use it, since its owner could read or redirect your sessions; choose another with SANDPIT_STATE_DIR=/some/dir of yours, or state_dir in sandpit.toml",
-            p.display()
-        )));
+        return Err(LinuxError::StateDirIsForeign {
+            path: p.into(),
+            owner,
+            uid,
+        }
+        .into());
     }
     Ok(())
 }
@@ -432,8 +433,8 @@ fn sandbox_owner(workspace: &Path, settings: &crate::policy::LinuxSettings) -> O
 }
 
 fn chown(p: &Path, uid: u32, gid: u32) -> Result<()> {
-    std::os::unix::fs::chown(p, Some(uid), Some(gid))
-        .map_err(|e| Error::io(format!("chown {}", p.display()), e))
+    std::os::unix::fs::chown(p, Some(uid), Some(gid)).map_err(LinuxError::host("chown", p))?;
+    Ok(())
 }
 
 impl super::Backend for LinuxBackend {
@@ -519,13 +520,7 @@ impl LinuxBackend {
             interpreter,
         };
         if !ns.ok && facts.landlock_abi == 0 {
-            return Err(Error::unavailable(
-                "linux",
-                format!(
-                    "no namespaces ({}) and no Landlock: the filesystem cannot be confined",
-                    ns.detail
-                ),
-            ));
+            return Err(LinuxError::Unconfinable(ns.detail).into());
         }
         Ok(Prepared {
             dirs,
@@ -557,7 +552,7 @@ impl LinuxBackend {
             return Ok((None, Some((u, u))));
         }
         let lease = uid::lease(&spec.state_dir, settings.uid_base, settings.uid_count)
-            .map_err(|e| Error::io("lease a sandbox uid", e))?;
+            .map_err(LinuxError::UidLease)?;
         let ids = (lease.uid, lease.uid);
         Ok((Some(lease), Some(ids)))
     }
@@ -592,8 +587,7 @@ impl Planned {
             helper,
         } = self;
         let pid_namespace = plan.namespaces.pid;
-        let plan_json = serde_json::to_string(&plan)
-            .map_err(|e| Error::sandbox(format!("encode plan: {e}")))?;
+        let plan_json = serde_json::to_string(&plan).map_err(LinuxError::EncodePlan)?;
         let cg_oom = guard.cgroup.as_ref().map(|c| c.view());
         let cg_kill = guard.cgroup.as_ref().map(|c| c.view());
         // cgroup v1 waits for an RCU grace period per move (~10 ms for memory here): place the
@@ -602,8 +596,7 @@ impl Planned {
             let files = c.procs_files();
             Box::new(move |pid: i32| {
                 let t = std::time::Instant::now();
-                let r = cgroup::place(&files, pid)
-                    .map_err(|e| Error::io("place the sandbox in its cgroup", e));
+                let r = cgroup::place(&files, pid).map_err(|e| LinuxError::Placement(e).into());
                 tracing::debug!(
                     elapsed_us = t.elapsed().as_micros() as u64,
                     "placed the helper in its cgroup"
@@ -664,12 +657,10 @@ fn session_directories(
     let sessions = spec.state_dir.join("sessions");
     // Whose it is comes first: a directory another user made (say /tmp/sandpit-UID, mode
     // 0777) cannot be chmod-ed by us, and the error should say whose it is and what to do.
-    std::fs::create_dir_all(&spec.state_dir).map_err(|e| {
-        Error::io(
-            format!("create the state directory {}", spec.state_dir.display()),
-            e,
-        )
-    })?;
+    std::fs::create_dir_all(&spec.state_dir).map_err(LinuxError::host(
+        "create the state directory",
+        &spec.state_dir,
+    ))?;
     check_owner(&spec.state_dir, uid)?;
     mkdir(&spec.state_dir, 0o711)?;
     mkdir(&sessions, 0o711)?;
@@ -680,8 +671,7 @@ fn session_directories(
     });
     let base = sessions.join(name);
     mkdir(&base, if is_root { 0o711 } else { 0o700 })?;
-    let owner = super::session_dirs::claim(&base)
-        .map_err(|e| Error::io(format!("lock {}", base.display()), e))?;
+    let owner = super::session_dirs::claim(&base).map_err(LinuxError::host("lock", &base))?;
     let dirs = SessionDirs {
         workspace: spec
             .sandbox
@@ -717,7 +707,7 @@ fn session_cgroup(name: &str, limits: &crate::policy::Limits) -> Result<Option<c
     SWEPT.call_once(|| cgroup::remove_stale(v));
     cgroup::Cgroup::create(v, &format!("s-{name}"), limits)
         .map(Some)
-        .map_err(|e| Error::io("create the session cgroup", e))
+        .map_err(|e| LinuxError::Cgroup(e).into())
 }
 
 /// How many tasks (threads included, as RLIMIT_NPROC counts them) `uid` runs now.
