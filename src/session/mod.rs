@@ -9,15 +9,17 @@
 //! (`session_restarted`). A sandbox that dies during a cell (crash, `exit`, memory limit, the
 //! disk cap's watcher: `disk.rs`) is reported the same way.
 
+mod cell;
+use cell::{describe_end, Aftermath, Cell, CellEnd, Fresh, StreamState, Watched};
 mod disk;
 mod files;
 pub mod manager;
 pub mod packages;
 
-use crate::backend::{Backend, ExitInfo, LaunchSpec, Reader, SandboxControl, Writer};
+use crate::backend::{Backend, LaunchSpec, Reader, SandboxControl, Writer};
 use crate::error::{Error, Result};
-use crate::pipeline::output::{BoundedCapture, MarkerScanner};
-use crate::pipeline::redact::{Redactor, StreamRedactor};
+use crate::pipeline::output::BoundedCapture;
+use crate::pipeline::redact::Redactor;
 use crate::pipeline::wrapper::{self, CellResponse, CellStatus};
 use crate::policy::{Limits, Policy};
 use crate::types::{ExecRequest, ExecResult, Language, Status};
@@ -542,26 +544,50 @@ impl Session {
     /// Runs one cell.
     pub async fn execute(&mut self, code: &str, opts: ExecOptions) -> Result<ExecResult> {
         let started = Instant::now();
-        let Fresh {
-            was_lost,
-            disk_killed,
-            recycled,
-        } = self.replace_if_needed().await;
+        let fresh = self.replace_if_needed().await;
         self.ensure_running().await?;
-        self.since_start += 1;
+        let cell = self.send_cell(code, &opts).await?;
         let limit = self.spec.sandbox.limits.output_bytes as usize;
-        let language = self.spec.language;
+        let stream = |kind| {
+            StreamState::new(
+                kind,
+                cell.marker.clone(),
+                limit,
+                opts.output.clone(),
+                &self.redactor,
+            )
+        };
+        let (mut out, mut err) = (stream(StreamKind::Stdout), stream(StreamKind::Stderr));
+        let watched = self
+            .watch_cell(&cell, &opts, started, &mut out, &mut err)
+            .await;
+        let after = self.after_cell(watched.died, &mut out, &mut err).await;
+        let result = self.assemble_result(started, fresh, watched, after, out, err, &opts);
+        tracing::info!(
+            session = %self.id, language = %result.language, backend = %result.backend,
+            status = ?result.status, duration_ms = result.duration_ms, "execution"
+        );
+        Ok(result)
+    }
+
+    /// Step 1 of a cell: frame the request and send it, with the terminal made ready for it.
+    async fn send_cell(&mut self, code: &str, opts: &ExecOptions) -> Result<Cell> {
+        self.since_start += 1;
         let id = self.next_cell;
         self.next_cell += 1;
         self.executions += 1;
         let nonce = wrapper::new_nonce()?;
-        let frame =
-            wrapper::encode_request(language, id, &nonce, opts.interactive, &opts.input, code);
-        let marker = wrapper::end_marker(&nonce);
+        let frame = wrapper::encode_request(
+            self.spec.language,
+            id,
+            &nonce,
+            opts.interactive,
+            &opts.input,
+            code,
+        );
         let Some(run) = self.running.as_mut() else {
             return Err(Error::sandbox("session not running"));
         };
-
         // Output left over from between cells (a background process) belongs to no cell.
         while run.stdout.try_recv().is_ok() {}
         while run.stderr.try_recv().is_ok() {}
@@ -577,62 +603,71 @@ impl Session {
             run.requests.flush().await
         }
         .await;
+        Ok(Cell {
+            id,
+            marker: wrapper::end_marker(&nonce),
+            nonce,
+            sent: sent.is_ok(),
+        })
+    }
 
-        let mut out = StreamState::new(
-            StreamKind::Stdout,
-            marker.clone(),
-            limit,
-            opts.output.clone(),
-            &self.redactor,
-        );
-        let mut err = StreamState::new(
-            StreamKind::Stderr,
-            marker,
-            limit,
-            opts.output.clone(),
-            &self.redactor,
-        );
+    /// Step 2: the cell's output and response until both are complete, interrupting it at its
+    /// timeout or on cancellation, killing the sandbox if an interrupt is not answered.
+    async fn watch_cell(
+        &mut self,
+        cell: &Cell,
+        opts: &ExecOptions,
+        started: Instant,
+        out: &mut StreamState,
+        err: &mut StreamState,
+    ) -> Watched {
+        let mut w = Watched {
+            response: None,
+            warnings: Vec::new(),
+            died: !cell.sent,
+            timed_out: false,
+            user_interrupted: false,
+        };
+        let Some(run) = self.running.as_mut() else {
+            w.died = true;
+            return w;
+        };
         // With live output and redaction, what redaction holds back (the end of a line that
         // could still become a secret) is released after a quiet moment.
         let idle_flush = opts.output.is_some() && self.redactor.is_enabled();
         let mut idle_tick = tokio::time::interval(IDLE_FLUSH);
         idle_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut response: Option<CellResponse> = None;
-        let mut warnings = Vec::new();
-        let mut died = sent.is_err();
-        let mut timed_out = false;
-        let mut user_interrupted = false;
         let mut deadline = started + opts.timeout;
         let mut interrupted_at: Option<Instant> = None;
         let mut marker_deadline: Option<Instant> = None;
-        let cancel = opts.cancel.clone();
+        let (id, nonce) = (cell.id, &cell.nonce);
 
-        while !died {
-            if response.is_some() && out.done() && err.done() {
+        while !w.died {
+            if w.response.is_some() && out.done() && err.done() {
                 break;
             }
-            let wake = match (response.is_some(), marker_deadline) {
+            let wake = match (w.response.is_some(), marker_deadline) {
                 (true, Some(m)) => m,
                 _ => deadline,
             };
             tokio::select! {
-                line = read_line_bounded(&mut run.responses, MAX_RESPONSE_BYTES), if response.is_none() => {
+                line = read_line_bounded(&mut run.responses, MAX_RESPONSE_BYTES), if w.response.is_none() => {
                     match line {
                         Ok(Some(Ok(l))) => match serde_json::from_slice::<CellResponse>(&l) {
-                            Ok(r) if r.id == id && r.nonce == nonce => {
-                                response = Some(r);
+                            Ok(r) if r.id == id && &r.nonce == nonce => {
+                                w.response = Some(r);
                                 marker_deadline = Some(Instant::now() + MARKER_GRACE);
                             }
-                            Ok(_) => warnings.push("ignored a response for another cell".into()),
-                            Err(e) => warnings.push(format!("ignored an unreadable response line: {e}")),
+                            Ok(_) => w.warnings.push("ignored a response for another cell".into()),
+                            Err(e) => w.warnings.push(format!("ignored an unreadable response line: {e}")),
                         },
                         Ok(Some(Err(n))) => {
                             // Too large to keep (a huge `result`): the cell is over, its value is not.
-                            warnings.push(format!("the cell's response ({n} bytes) exceeded {MAX_RESPONSE_BYTES} bytes; result dropped"));
-                            response = Some(CellResponse { id, nonce: nonce.clone(), status: CellStatus::Ok, exit_code: 0, result: None, exception: None, warnings: vec![] });
+                            w.warnings.push(format!("the cell's response ({n} bytes) exceeded {MAX_RESPONSE_BYTES} bytes; result dropped"));
+                            w.response = Some(CellResponse { id, nonce: nonce.clone(), status: CellStatus::Ok, exit_code: 0, result: None, exception: None, warnings: vec![] });
                             marker_deadline = Some(Instant::now() + MARKER_GRACE);
                         }
-                        Ok(None) | Err(_) => died = true,
+                        Ok(None) | Err(_) => w.died = true,
                     }
                 }
                 chunk = run.stdout.recv(), if !out.done() => out.take(chunk),
@@ -641,19 +676,19 @@ impl Session {
                     out.idle();
                     err.idle();
                 }
-                _ = async { match &cancel { Some(c) => c.notified().await, None => std::future::pending().await } }, if interrupted_at.is_none() => {
-                    user_interrupted = true;
+                _ = async { match &opts.cancel { Some(c) => c.notified().await, None => std::future::pending().await } }, if interrupted_at.is_none() => {
+                    w.user_interrupted = true;
                     interrupted_at = Some(Instant::now());
                     let _ = run.control.interrupt();
                     deadline = Instant::now() + INTERRUPT_GRACE;
                 }
                 _ = tokio::time::sleep_until(wake.into()) => {
-                    if response.is_some() {
+                    if w.response.is_some() {
                         // The response came but a marker did not (the code closed its stdout?).
                         break;
                     }
                     if interrupted_at.is_none() {
-                        timed_out = true;
+                        w.timed_out = true;
                         interrupted_at = Some(Instant::now());
                         tracing::info!(session = %self.id, "timeout: interrupting the cell");
                         let _ = run.control.interrupt();
@@ -661,58 +696,74 @@ impl Session {
                     } else {
                         tracing::info!(session = %self.id, "the interrupted cell did not answer: killing the session");
                         run.control.kill();
-                        died = true;
+                        w.died = true;
                     }
                 }
             }
         }
+        w
+    }
 
-        let mut exit_info: Option<ExitInfo> = None;
-        // Why the disk cap killed the sandbox during the cell, if it did.
-        let mut disk_kill: Option<String> = None;
-        let mut disk_warnings = Vec::new();
-        // What a memory-backed workspace held when the sandbox died (it counts as memory).
-        let mut workspace_memory = None;
+    /// Step 3: the disk cap's end-of-cell check on a live sandbox; for one that died, what it
+    /// wrote before the end and how it ended.
+    async fn after_cell(
+        &mut self,
+        died: bool,
+        out: &mut StreamState,
+        err: &mut StreamState,
+    ) -> Aftermath {
+        let mut after = Aftermath::default();
         if !died {
             if let Some(d) = self.running.as_ref().and_then(|r| r.disk.as_ref()) {
                 let check = d.after_cell().await;
-                disk_warnings = check.warnings;
+                after.disk_warnings = check.warnings;
                 if let Some(why) = check.exceeded {
                     // Over the cap at the end of the cell: the sandbox goes now.
                     if let Some(r) = self.running.take() {
                         r.control.kill();
                         r.control.shutdown().await;
                     }
-                    disk_kill = Some(why);
+                    after.disk_kill = Some(why);
                 }
             }
+            return after;
         }
-        if died {
-            // Collect what was written before the end, then how the sandbox ended.
-            let run = self.running.take();
-            if let Some(mut run) = run {
-                disk_kill = run.disk.as_ref().and_then(|d| d.killed());
-                let collect = async {
-                    loop {
-                        tokio::select! {
-                            c = run.stdout.recv(), if !out.closed => out.take(c),
-                            c = run.stderr.recv(), if !err.closed => err.take(c),
-                            else => break,
-                        }
+        if let Some(mut run) = self.running.take() {
+            after.disk_kill = run.disk.as_ref().and_then(|d| d.killed());
+            let collect = async {
+                loop {
+                    tokio::select! {
+                        c = run.stdout.recv(), if !out.closed => out.take(c),
+                        c = run.stderr.recv(), if !err.closed => err.take(c),
+                        else => break,
                     }
-                };
-                let _ = tokio::time::timeout(Duration::from_millis(300), collect).await;
-                run.control.kill();
-                exit_info = tokio::time::timeout(Duration::from_secs(5), run.control.wait())
-                    .await
-                    .ok();
-                workspace_memory = run.disk.as_ref().and_then(|d| d.tmpfs_bytes());
-                run.control.shutdown().await;
-            }
-            self.lost_state = false;
-            tracing::info!(session = %self.id, exit = ?exit_info, "session ended during a cell");
+                }
+            };
+            let _ = tokio::time::timeout(Duration::from_millis(300), collect).await;
+            run.control.kill();
+            after.exit = tokio::time::timeout(Duration::from_secs(5), run.control.wait())
+                .await
+                .ok();
+            after.workspace_memory = run.disk.as_ref().and_then(|d| d.tmpfs_bytes());
+            run.control.shutdown().await;
         }
+        self.lost_state = false;
+        tracing::info!(session = %self.id, exit = ?after.exit, "session ended during a cell");
+        after
+    }
 
+    /// Step 4: the result, from what the steps before found.
+    #[allow(clippy::too_many_arguments)]
+    fn assemble_result(
+        &mut self,
+        started: Instant,
+        fresh: Fresh,
+        watched: Watched,
+        after: Aftermath,
+        mut out: StreamState,
+        mut err: StreamState,
+        opts: &ExecOptions,
+    ) -> ExecResult {
         out.sink.finish();
         err.sink.finish();
         let mut result = ExecResult {
@@ -723,17 +774,17 @@ impl Session {
             result: None,
             exception: None,
             error: None,
-            timed_out,
+            timed_out: watched.timed_out,
             truncated: out.sink.capture.truncated() || err.sink.capture.truncated(),
             session_id: Some(self.id.clone()),
-            session_restarted: was_lost || died || disk_kill.is_some(),
+            session_restarted: fresh.was_lost || watched.died || after.disk_kill.is_some(),
             backend: self.backend_name().to_string(),
-            language,
+            language: self.spec.language,
             duration_ms: started.elapsed().as_secs_f64() * 1000.0,
-            warnings,
+            warnings: watched.warnings,
             files: Vec::new(),
         };
-        if let Some(reason) = recycled {
+        if let Some(reason) = fresh.recycled {
             result.warnings.insert(
                 0,
                 format!("the session's sandbox was recycled {reason}; its state was lost"),
@@ -742,12 +793,13 @@ impl Session {
         if let Some(notice) = self.weaker_notice.take() {
             result.warnings.insert(0, notice);
         }
-        if let Some(why) = disk_killed {
+        if let Some(why) = fresh.disk_killed {
             result.warnings.insert(
                 0,
                 format!("between cells, {why}; this cell ran in a new sandbox (state lost)"),
             );
         }
+        let limit = self.spec.sandbox.limits.output_bytes;
         for s in [&out, &err] {
             if s.sink.capture.truncated() {
                 result.warnings.push(format!(
@@ -762,230 +814,22 @@ impl Session {
         }
         describe_end(
             CellEnd {
-                response,
-                exit: exit_info,
-                timed_out,
-                user_interrupted,
-                disk_kill,
-                workspace_memory,
+                response: watched.response,
+                exit: after.exit,
+                timed_out: watched.timed_out,
+                user_interrupted: watched.user_interrupted,
+                disk_kill: after.disk_kill,
+                workspace_memory: after.workspace_memory,
             },
             opts.timeout,
             self.spec.sandbox.limits.memory_mb,
             &mut result,
         );
-        result.warnings.extend(disk_warnings);
+        result.warnings.extend(after.disk_warnings);
         self.last_used = Instant::now();
         result.stdout = out.finish();
         result.stderr = err.finish();
-        tracing::info!(
-            session = %self.id, language = %language, backend = %result.backend,
-            status = ?result.status, duration_ms = result.duration_ms, "execution"
-        );
-        Ok(result)
-    }
-}
-
-/// What [`Session::replace_if_needed`] did before a cell.
-struct Fresh {
-    /// The state of the previous cells is gone.
-    was_lost: bool,
-    /// The disk cap killed the sandbox between cells: why.
-    disk_killed: Option<String>,
-    /// The sandbox was recycled: why.
-    recycled: Option<String>,
-}
-
-/// How a cell ended, as `execute` saw it.
-struct CellEnd {
-    /// The driver's response, when it answered.
-    response: Option<CellResponse>,
-    /// How the sandbox ended, when it did during the cell.
-    exit: Option<ExitInfo>,
-    timed_out: bool,
-    /// Interrupted on request (Ctrl-C, a cancelled call), not by the timeout.
-    user_interrupted: bool,
-    /// Why the disk cap killed the sandbox, when it did.
-    disk_kill: Option<String>,
-    /// What a memory-backed workspace held when the sandbox died.
-    workspace_memory: Option<u64>,
-}
-
-/// The result's status, exit code, value, exception, warnings and error for how the cell
-/// ended: a pure step of `execute`, unit-tested.
-fn describe_end(end: CellEnd, timeout: Duration, memory_mb: u64, result: &mut ExecResult) {
-    match (end.response, end.exit) {
-        (Some(r), _) => {
-            result.exit_code = Some(r.exit_code);
-            result.result = r.result;
-            result.exception = r.exception;
-            result.warnings.extend(r.warnings);
-            result.status = if end.timed_out {
-                Status::Timeout
-            } else {
-                match r.status {
-                    CellStatus::Ok => Status::Ok,
-                    CellStatus::Error | CellStatus::Interrupted => Status::Error,
-                }
-            };
-            if end.timed_out {
-                result.warnings.push(format!("timed out after {} ms; the cell was interrupted and the session kept its state", timeout.as_millis()));
-            } else if end.user_interrupted {
-                result.warnings.push("interrupted".into());
-            }
-        }
-        (None, exit) => {
-            let exit = exit.unwrap_or_default();
-            result.exit_code = exit.code.or(exit.signal.map(|s| 128 + s));
-            if end.disk_kill.is_some() {
-                // Reported below.
-            } else if end.timed_out {
-                result.status = Status::Timeout;
-                result.warnings.push(format!(
-                    "timed out after {} ms and did not respond to an interrupt: the session was killed; its state is lost",
-                    timeout.as_millis()
-                ));
-            } else if exit.oom_killed || exit.signal == Some(libc::SIGKILL) {
-                result.status = Status::Killed;
-                result.warnings.push(if exit.oom_killed {
-                    format!(
-                        "killed by the memory limit ({} MB); the session was restarted{}",
-                        memory_mb,
-                        disk::memory_note(end.workspace_memory, memory_mb)
-                    )
-                } else {
-                    "killed (SIGKILL); the session was restarted".to_string()
-                });
-            } else {
-                result.status = Status::Error;
-                result.warnings.push(format!(
-                    "the interpreter exited (status {}) during the cell; its state is lost and the next call starts a new one",
-                    result.exit_code.map(|c| c.to_string()).unwrap_or_else(|| "unknown".into())
-                ));
-            }
-        }
-    }
-    if let Some(why) = end.disk_kill {
-        // Killed by the disk cap, during the cell or at its end (its output stands).
-        result.status = Status::Killed;
-        result.warnings.push(why);
-    }
-    if result.status == Status::Timeout {
-        // The TIMEOUT code of interface.md §1, beside the status, so a client that reads
-        // only `error` learns it too.
-        result.error = Some(crate::types::ErrorInfo {
-            code: crate::error::ErrorCode::Timeout,
-            message: format!(
-                "the code ran longer than its timeout ({} ms)",
-                timeout.as_millis()
-            ),
-        });
-    }
-}
-
-/// One output stream of a running cell: marker detection, then redaction, then the bounded
-/// capture and live output (so no limit cuts a secret in half before it is masked).
-struct StreamState {
-    scanner: MarkerScanner,
-    sink: Sink,
-    closed: bool,
-}
-
-/// Where a stream's bytes go once the marker scanner has passed them.
-struct Sink {
-    kind: StreamKind,
-    capture: BoundedCapture,
-    live: Option<mpsc::UnboundedSender<OutputEvent>>,
-    live_budget: usize,
-    /// `None` when redaction is off, or once the stream has ended.
-    redact: Option<StreamRedactor>,
-}
-
-impl StreamState {
-    fn new(
-        kind: StreamKind,
-        marker: Vec<u8>,
-        limit: usize,
-        live: Option<mpsc::UnboundedSender<OutputEvent>>,
-        redactor: &Arc<Redactor>,
-    ) -> Self {
-        StreamState {
-            scanner: MarkerScanner::new(marker),
-            sink: Sink {
-                kind,
-                capture: BoundedCapture::new(limit),
-                live,
-                live_budget: limit,
-                redact: redactor.is_enabled().then(|| redactor.stream()),
-            },
-            closed: false,
-        }
-    }
-
-    fn done(&self) -> bool {
-        self.closed || self.scanner.found()
-    }
-
-    fn take(&mut self, chunk: Option<Vec<u8>>) {
-        let Some(chunk) = chunk else {
-            self.closed = true;
-            self.scanner.flush(|b| self.sink.accept(b));
-            self.sink.finish();
-            return;
-        };
-        self.scanner.feed(&chunk, |b| self.sink.accept(b));
-        if self.scanner.found() {
-            self.sink.finish();
-        }
-    }
-
-    /// The stream has been quiet: release what redaction held back and is safe to show.
-    fn idle(&mut self) {
-        if let Some(r) = self.sink.redact.as_mut() {
-            let out = r.flush_idle();
-            self.sink.emit(&out);
-        }
-    }
-
-    /// The text captured, once the stream is over (whatever redaction still held, released).
-    fn finish(&mut self) -> String {
-        self.sink.finish();
-        std::mem::replace(&mut self.sink.capture, BoundedCapture::new(0)).finish()
-    }
-}
-
-impl Sink {
-    fn accept(&mut self, b: &[u8]) {
-        match self.redact.as_mut() {
-            Some(r) => {
-                let out = r.push(b);
-                self.emit(&out);
-            }
-            None => self.emit(b),
-        }
-    }
-
-    fn finish(&mut self) {
-        if let Some(mut r) = self.redact.take() {
-            let out = r.finish();
-            self.emit(&out);
-        }
-    }
-
-    fn emit(&mut self, b: &[u8]) {
-        if b.is_empty() {
-            return;
-        }
-        self.capture.push(b);
-        if let Some(tx) = &self.live {
-            let n = b.len().min(self.live_budget);
-            if n > 0 {
-                self.live_budget -= n;
-                let _ = tx.send(OutputEvent {
-                    stream: self.kind,
-                    data: b[..n].to_vec(),
-                });
-            }
-        }
+        result
     }
 }
 
@@ -1012,111 +856,6 @@ impl Drop for Session {
 mod tests {
     use super::*;
     use crate::backend::{LayersReport, SetupMessage};
-
-    fn blank() -> ExecResult {
-        ExecResult::from_error(
-            crate::types::Language::Python,
-            "linux",
-            &Error::sandbox("placeholder"),
-        )
-    }
-
-    fn end() -> CellEnd {
-        CellEnd {
-            response: None,
-            exit: None,
-            timed_out: false,
-            user_interrupted: false,
-            disk_kill: None,
-            workspace_memory: None,
-        }
-    }
-
-    #[test]
-    fn how_a_cell_ended_becomes_the_result() {
-        let t = Duration::from_millis(300);
-        // Interrupted by the timeout, the driver answered: timeout, state kept, TIMEOUT.
-        let mut r = blank();
-        r.error = None;
-        let answered = CellResponse {
-            id: 1,
-            nonce: "n".into(),
-            status: CellStatus::Interrupted,
-            exit_code: 130,
-            result: None,
-            exception: None,
-            warnings: vec![],
-        };
-        describe_end(
-            CellEnd {
-                response: Some(answered),
-                timed_out: true,
-                ..end()
-            },
-            t,
-            512,
-            &mut r,
-        );
-        assert_eq!(r.status, Status::Timeout);
-        assert_eq!(
-            r.error.as_ref().map(|e| e.code),
-            Some(crate::error::ErrorCode::Timeout)
-        );
-        assert!(
-            r.warnings.iter().any(|w| w.contains("kept its state")),
-            "{r:?}"
-        );
-        // The memory limit killed it.
-        let mut r = blank();
-        describe_end(
-            CellEnd {
-                exit: Some(ExitInfo {
-                    code: None,
-                    signal: Some(9),
-                    oom_killed: true,
-                }),
-                ..end()
-            },
-            t,
-            512,
-            &mut r,
-        );
-        assert_eq!((r.status, r.exit_code), (Status::Killed, Some(137)));
-        assert!(r.warnings[0].contains("memory limit (512 MB)"), "{r:?}");
-        // The disk cap killed it: killed, whatever else happened, with its reason.
-        let mut r = blank();
-        describe_end(
-            CellEnd {
-                timed_out: true,
-                disk_kill: Some("over the disk cap".into()),
-                ..end()
-            },
-            t,
-            512,
-            &mut r,
-        );
-        assert_eq!(r.status, Status::Killed);
-        assert_eq!(
-            r.warnings.last().map(String::as_str),
-            Some("over the disk cap")
-        );
-        // It exited on its own.
-        let mut r = blank();
-        describe_end(
-            CellEnd {
-                exit: Some(ExitInfo {
-                    code: Some(3),
-                    signal: None,
-                    oom_killed: false,
-                }),
-                ..end()
-            },
-            t,
-            512,
-            &mut r,
-        );
-        assert_eq!((r.status, r.exit_code), (Status::Error, Some(3)));
-    }
 
     #[test]
     fn startup_lines_are_typed_and_keep_their_wire_form() {
