@@ -280,7 +280,7 @@ mod functional {
 
     pub async fn output_flood_is_bounded(ctx: Ctx) {
         let before = vm_hwm_kb();
-        let r = ctx.run(Language::Python, "import sys\nchunk = 'x' * 65535 + '\\n'\nfor _ in range(3000):\n    sys.stdout.write(chunk)\nprint('THE END')").await;
+        let r = ctx.run(Language::Python, "import sys\nchunk = 'x' * 65535 + '\\n'\nfor _ in range(1000):\n    sys.stdout.write(chunk)\nprint('THE END')").await;
         assert_eq!(r.status, Status::Ok, "{:?}", r.warnings);
         assert!(r.truncated);
         assert!(r.stdout.len() < 110_000, "{}", r.stdout.len());
@@ -288,8 +288,8 @@ mod functional {
         assert!(r.stdout.contains("bytes of output truncated"));
         let grown = vm_hwm_kb().saturating_sub(before);
         assert!(
-            grown < 64 * 1024,
-            "host memory grew by {grown} kB for a ~196 MB flood"
+            grown < 32 * 1024,
+            "host memory grew by {grown} kB for a ~64 MB flood"
         );
     }
 
@@ -1030,7 +1030,7 @@ result = out"#
             .result
             .clone()
             .unwrap_or_else(|| panic!("no result: {r:?}"));
-        let no_namespaces = ctx.policy.linux.namespaces == sandpit::policy::NamespaceMode::Off
+        let no_namespaces = ctx.policy.linux.namespaces == sandpit::policy::LayerMode::Off
             && ctx.kind() == sandpit::backend::BackendKind::Linux;
         if no_namespaces {
             for call in ["shmget", "semget", "msgget"] {
@@ -1385,7 +1385,7 @@ result = out"#
     }
 }
 
-matrix!(functional; [linux, linux_no_ns, linux_no_ns_abi4, docker, unsandboxed];
+matrix!(functional; [linux, linux_no_ns, linux_no_ns_abi4, linux_no_landlock, docker, unsandboxed];
     python_state_persists,
     javascript_state_and_top_level_await,
     bash_state_persists,
@@ -1410,7 +1410,7 @@ matrix!(functional; [linux, linux_no_ns, linux_no_ns_abi4, docker, unsandboxed];
     the_backend_chooses_the_interpreter,
 );
 
-matrix!(containment; [linux, linux_no_ns, linux_no_ns_abi4, docker];
+matrix!(containment; [linux, linux_no_ns, linux_no_ns_abi4, linux_no_landlock, docker];
     host_files_are_unreadable,
     writes_outside_the_workspace_are_refused,
     no_network_by_any_route,

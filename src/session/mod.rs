@@ -385,7 +385,7 @@ impl Session {
         self.since_start = 0;
         self.installed.clear();
         let fell_back = self.backend.kind() == crate::backend::BackendKind::Linux
-            && self.policy.linux.namespaces == crate::policy::NamespaceMode::Auto
+            && self.policy.linux.namespaces == crate::policy::LayerMode::Auto
             && running
                 .layers
                 .as_ref()
