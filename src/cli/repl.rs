@@ -35,10 +35,10 @@ pub async fn repl(language: Option<Language>, backend_arg: BackendArg, policy: P
         let backend = backend::select(choice, &policy, &backend::helper_path()?).await?;
         let manager = SessionManager::with_backend(policy.clone(), backend, Default::default())?;
         let id = format!("repl-{}", crate::util::random_hex(6)?);
-        let version = manager.open(USER, &id, language).await?;
-        Ok::<_, crate::Error>((manager, id, version))
+        let opened = manager.open(USER, &id, language).await?;
+        Ok::<_, crate::Error>((manager, id, opened))
     };
-    let (manager, session_id, version) = match started.await {
+    let (manager, session_id, opened) = match started.await {
         Ok(s) => s,
         Err(e) => {
             super::report_error(&e);
@@ -50,10 +50,11 @@ pub async fn repl(language: Option<Language>, backend_arg: BackendArg, policy: P
             timeout: Duration::from_millis(policy.approval.timeout_ms),
         });
     eprintln!(
-        "sandpit repl: {} {} on the {} backend. Ctrl-C interrupts a running cell, Ctrl-D exits.",
+        "sandpit repl: {} {} on the {} backend. Ctrl-C interrupts a running cell, Ctrl-D exits.\nsandbox: {}",
         language,
-        version,
-        manager.backend_name()
+        opened.version,
+        manager.backend_name(),
+        opened.sandbox
     );
     let mut editor = match rustyline::DefaultEditor::new() {
         Ok(e) => e,

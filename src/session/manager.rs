@@ -89,6 +89,15 @@ impl Via {
     }
 }
 
+/// A session [`SessionManager::open`] started or found.
+#[derive(Debug, Clone)]
+pub struct Opened {
+    /// The interpreter's version, as its driver reported it.
+    pub version: String,
+    /// What confines its sandbox, in one line.
+    pub sandbox: String,
+}
+
 /// The shared session service.
 pub struct SessionManager {
     policy: Policy,
@@ -318,7 +327,7 @@ impl SessionManager {
     /// Starts session `id` for `user` now rather than at its first execution (`sandpit repl`
     /// shows the interpreter's version before the first line); returns that version. The same
     /// owner, language and session-count checks as an execution apply.
-    pub async fn open(&self, user: &str, id: &str, language: Language) -> Result<String> {
+    pub async fn open(&self, user: &str, id: &str, language: Language) -> Result<Opened> {
         let mut req = ExecRequest::new(language, String::new());
         req.user = user.to_string();
         req.session_id = Some(id.to_string());
@@ -332,11 +341,14 @@ impl SessionManager {
             s.set_redactor(self.pipeline.redactor().clone());
             *guard = Some(s);
         }
-        Ok(guard
-            .as_ref()
-            .and_then(|s| s.interpreter_version())
-            .unwrap_or_default()
-            .to_string())
+        let s = guard.as_ref();
+        Ok(Opened {
+            version: s
+                .and_then(|s| s.interpreter_version())
+                .unwrap_or_default()
+                .to_string(),
+            sandbox: s.map(|s| s.sandbox_summary()).unwrap_or_default(),
+        })
     }
 
     /// The entry for `id`: the existing one (checked for owner and language) or a new one.

@@ -291,6 +291,15 @@ impl Session {
         self.running.as_ref().and_then(|r| r.layers.as_ref())
     }
 
+    /// One line for people: what confines this session's sandbox.
+    pub fn sandbox_summary(&self) -> String {
+        match (self.layers(), self.backend.kind()) {
+            (Some(l), _) => l.summary(),
+            (None, crate::backend::BackendKind::Unsandboxed) => "NO isolation".into(),
+            (None, kind) => format!("the {} backend's sandbox", kind.as_str()),
+        }
+    }
+
     /// The sandbox's process group on the host, when it has one.
     pub fn process_group(&self) -> Option<i32> {
         self.running

@@ -110,7 +110,20 @@ fn repl_asks_for_approval_and_trusts_the_session() {
 fn repl_reports_analyzer_blocks_and_keeps_going() {
     rt().block_on(async {
         let mut r = Repl::start(&[("SANDPIT_AUDIT", "false")]);
-        r.expect(">>> ").await;
+        let banner = r.expect(">>> ").await;
+        // The banner says what confines the session.
+        let sandbox = banner
+            .lines()
+            .find(|l| l.starts_with("sandbox: "))
+            .unwrap_or_else(|| panic!("no sandbox line in the banner: {banner}"));
+        if common::native_or_unsandboxed("REPL tests") == "linux" {
+            assert!(
+                sandbox.contains("seccomp (") && sandbox.contains("uid "),
+                "{sandbox}"
+            );
+        } else {
+            assert!(sandbox.contains("NO isolation"), "{sandbox}");
+        }
         r.line("y = 1").await;
         r.expect(">>> ").await;
         r.line("import os; os.system('echo ran')").await;
