@@ -567,7 +567,7 @@ impl LinuxBackend {
             is_root,
         );
         guard.disk = mounts;
-        guard.cgroup = session_cgroup(&name, &spec.sandbox.limits)?;
+        guard.cgroup = session_cgroup(&name, &spec.sandbox.limits);
         let no_cgroup = guard.cgroup.is_none().then(|| {
             cgroup::probe()
                 .err()
@@ -778,16 +778,25 @@ fn session_directories(
 }
 
 /// The session's cgroup, where one is writable (root); stale ones of dead sandpit processes are
-/// removed first, once per process.
-fn session_cgroup(name: &str, limits: &crate::policy::Limits) -> Result<Option<cgroup::Cgroup>> {
-    let Some(v) = cgroup::detect() else {
-        return Ok(None);
-    };
+/// removed first, once per process. One that cannot be made (a hierarchy that refuses a limit,
+/// say) is not fatal: the session's memory and process limits fall back to rlimits, as on a
+/// host without cgroups, the log says why, and the layers report shows no cgroup (a
+/// `linux.require = ["cgroup"]` then refuses the launch).
+fn session_cgroup(name: &str, limits: &crate::policy::Limits) -> Option<cgroup::Cgroup> {
+    let v = cgroup::detect()?;
     static SWEPT: std::sync::Once = std::sync::Once::new();
     SWEPT.call_once(|| cgroup::remove_stale(v));
-    cgroup::Cgroup::create(v, &format!("s-{name}"), limits)
-        .map(Some)
-        .map_err(|e| LinuxError::Cgroup(e).into())
+    match cgroup::Cgroup::create(v, &format!("s-{name}"), limits) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            let e = LinuxError::Cgroup(e);
+            tracing::warn!(
+                error = %crate::error::with_causes(e.to_string(), &e),
+                "no cgroup for this session: its memory and process limits fall back to rlimits"
+            );
+            None
+        }
+    }
 }
 
 /// How many tasks (threads included, as RLIMIT_NPROC counts them) `uid` runs now.
