@@ -130,11 +130,19 @@ pub fn report_error(e: &crate::Error) {
     eprintln!("sandpit: {}", e.message_with_hint());
 }
 
+/// The manager of a long-lived server (`mcp`, `serve`): the policy's warm pool on.
+fn served() -> crate::session::manager::ManagerConfig {
+    crate::session::manager::ManagerConfig {
+        warm_pool: true,
+        ..Default::default()
+    }
+}
+
 /// `sandpit mcp`: the MCP server on stdio. Logs go to stderr; stdout carries only the protocol.
 async fn mcp(backend: BackendArg, policy: Policy) -> ExitCode {
     let started = async {
         let choice = backend_choice(&backend, &policy)?;
-        crate::session::manager::SessionManager::new(policy, choice, Default::default()).await
+        crate::session::manager::SessionManager::new(policy, choice, served()).await
     };
     let manager = match started.await {
         Ok(m) => m,
@@ -169,12 +177,7 @@ async fn serve(
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let manager = match crate::session::manager::SessionManager::new(
-        policy,
-        choice,
-        Default::default(),
-    )
-    .await
+    let manager = match crate::session::manager::SessionManager::new(policy, choice, served()).await
     {
         Ok(m) => m,
         Err(e) => {

@@ -28,6 +28,8 @@ pub struct ManagerConfig {
     pub max_queue: usize,
     /// A session unused this long is killed by the sweep.
     pub idle_ttl: Duration,
+    /// Keep sandboxes started ahead of demand as the policy's `[pool]` says (`serve`, `mcp`).
+    pub warm_pool: bool,
 }
 
 impl Default for ManagerConfig {
@@ -37,6 +39,7 @@ impl Default for ManagerConfig {
             max_concurrent: 10,
             max_queue: 1000,
             idle_ttl: Duration::from_secs(600),
+            warm_pool: false,
         }
     }
 }
@@ -107,6 +110,7 @@ pub struct SessionManager {
     sessions: Mutex<HashMap<String, Arc<Entry>>>,
     slots: Semaphore,
     waiting: AtomicUsize,
+    pool: Option<Arc<super::pool::WarmPool>>,
 }
 
 impl SessionManager {
@@ -139,7 +143,13 @@ impl SessionManager {
         pipeline: Arc<Pipeline>,
         config: ManagerConfig,
     ) -> Arc<SessionManager> {
+        let pool = if config.warm_pool {
+            super::pool::WarmPool::start(&policy, backend.clone())
+        } else {
+            None
+        };
         let m = Arc::new(SessionManager {
+            pool,
             policy,
             pipeline,
             backend,
@@ -155,6 +165,9 @@ impl SessionManager {
                 tick.tick().await;
                 let Some(m) = weak.upgrade() else { break };
                 m.sweep().await;
+                if let Some(p) = &m.pool {
+                    p.expire().await;
+                }
             }
         });
         m
@@ -287,8 +300,7 @@ impl SessionManager {
             // One-shot: a fresh sandbox, gone afterwards.
             let mut config = SessionConfig::for_request(&self.policy, req);
             config.workspace = via.workspace.clone();
-            let mut s = Session::start(&self.policy, self.backend.clone(), config).await?;
-            s.set_redactor(self.pipeline.redactor().clone());
+            let mut s = self.start_session(config).await?;
             let r = s.run_request_cancellable(req, output, cancel).await;
             s.kill().await;
             drop(permit);
@@ -305,9 +317,7 @@ impl SessionManager {
                 let mut config = SessionConfig::for_request(&self.policy, req);
                 config.session_id = Some(id.clone());
                 config.workspace = via.workspace.clone();
-                let mut s = Session::start(&self.policy, self.backend.clone(), config).await?;
-                s.set_redactor(self.pipeline.redactor().clone());
-                *guard = Some(s);
+                *guard = Some(self.start_session(config).await?);
             }
             match guard.as_mut() {
                 Some(s) => s.run_request_cancellable(req, output, cancel).await,
@@ -337,9 +347,7 @@ impl SessionManager {
         if guard.is_none() {
             let mut config = SessionConfig::for_request(&self.policy, &req);
             config.session_id = Some(id.to_string());
-            let mut s = Session::start(&self.policy, self.backend.clone(), config).await?;
-            s.set_redactor(self.pipeline.redactor().clone());
-            *guard = Some(s);
+            *guard = Some(self.start_session(config).await?);
         }
         let s = guard.as_ref();
         Ok(Opened {
@@ -349,6 +357,32 @@ impl SessionManager {
                 .to_string(),
             sandbox: s.map(|s| s.sandbox_summary()).unwrap_or_default(),
         })
+    }
+
+    /// A sandbox for `config`: a pooled one when one matches exactly, else a fresh start.
+    async fn start_session(&self, mut config: SessionConfig) -> Result<Session> {
+        let id = match config.session_id.clone() {
+            Some(id) => id,
+            None => format!("s-{}", crate::util::random_hex(6)?),
+        };
+        let pooled = match &self.pool {
+            Some(pool) => pool.take(&config, &id).await,
+            None => None,
+        };
+        let mut s = match pooled {
+            Some(s) => s,
+            None => {
+                config.session_id = Some(id);
+                Session::start(&self.policy, self.backend.clone(), config).await?
+            }
+        };
+        s.set_redactor(self.pipeline.redactor().clone());
+        Ok(s)
+    }
+
+    /// The warm pool's hits, misses and ready sandboxes (`None`: no pool).
+    pub fn pool_stats(&self) -> Option<super::pool::PoolStats> {
+        self.pool.as_ref().map(|p| p.stats())
     }
 
     /// The entry for `id`: the existing one (checked for owner and language) or a new one.
@@ -471,6 +505,9 @@ impl SessionManager {
     /// Tears down every session and its sandbox.
     pub async fn shutdown(&self) {
         self.slots.close();
+        if let Some(p) = &self.pool {
+            p.shutdown().await;
+        }
         let all: Vec<(String, Arc<Entry>)> = self.sessions.lock().await.drain().collect();
         for (id, e) in all {
             if let Some(mut s) = e.session.lock().await.take() {

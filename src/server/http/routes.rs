@@ -236,7 +236,11 @@ pub(super) async fn healthz(State(state): State<AppState>) -> Json<Health> {
 #[utoipa::path(get, path = "/metrics", responses((status = 200, description = "Prometheus text", content_type = "text/plain")))]
 pub(super) async fn metrics(State(state): State<AppState>) -> Response {
     let sessions = state.manager.session_count().await;
-    let text = state.metrics.render(sessions, state.manager.queue_len());
+    let text = state.metrics.render(
+        sessions,
+        state.manager.queue_len(),
+        state.manager.pool_stats(),
+    );
     (
         [(
             header::CONTENT_TYPE,
