@@ -126,12 +126,21 @@ impl WarmPool {
                 self.refill();
                 return None;
             };
-            self.refill();
             if ready.started.elapsed() >= self.max_age() || !ready.session.is_running() {
                 ready.session.kill().await;
                 continue;
             }
-            if ready.session.adopt(id).await {
+            let t = Instant::now();
+            let adopted = ready.session.adopt(id).await;
+            tracing::debug!(
+                session = %id,
+                elapsed_us = t.elapsed().as_micros() as u64,
+                adopted,
+                "took a sandbox from the warm pool"
+            );
+            // The replacement starts after the handout, not competing with it.
+            self.refill();
+            if adopted {
                 self.hits.fetch_add(1, Ordering::Relaxed);
                 return Some(ready.session);
             }
@@ -162,14 +171,15 @@ impl WarmPool {
             let pool = self.clone();
             tokio::spawn(async move {
                 let mut config = config;
-                config.session_id = Some(format!(
-                    "pool-{}",
-                    crate::util::random_hex(6).unwrap_or_default()
-                ));
+                let pool_id = format!("pool-{}", crate::util::random_hex(6).unwrap_or_default());
+                config.session_id = Some(pool_id.clone());
                 let started = Session::start(&pool.policy, pool.backend.clone(), config).await;
                 match started {
                     Ok(mut session) => {
-                        if pool.closed.load(Ordering::SeqCst) {
+                        // One cell of sandpit's own warms the driver's first-cell paths up, so
+                        // the handout's cell costs what a warm cell costs.
+                        let warmed = session.adopt(&pool_id).await;
+                        if pool.closed.load(Ordering::SeqCst) || !warmed {
                             session.kill().await;
                             pool.starting.fetch_sub(1, Ordering::SeqCst);
                             return;
