@@ -151,8 +151,16 @@ pub async fn repl(language: Option<Language>, backend_arg: BackendArg, policy: P
                 }
             );
         }
-        if let Some(v) = &r.result {
-            println!("result = {v}");
+        // A last expression's value is echoed as the language's own REPL echoes it (its repr
+        // or inspect text); a `result` the cell bound is shown as `result = JSON`.
+        let echo = r
+            .outputs
+            .iter()
+            .find(|o| o.kind == "execute_result" && o.mime == "text/plain");
+        match (echo, &r.result) {
+            (Some(o), _) => println!("{}", o.data),
+            (None, Some(v)) => println!("result = {v}"),
+            (None, None) => {}
         }
         for w in &r.warnings {
             eprintln!("[sandpit] {w}");

@@ -713,7 +713,7 @@ impl Session {
                         Ok(Some(Err(n))) => {
                             // Too large to keep (a huge `result`): the cell is over, its value is not.
                             w.warnings.push(format!("the cell's response ({n} bytes) exceeded {MAX_RESPONSE_BYTES} bytes; result dropped"));
-                            w.response = Some(CellResponse { id, nonce: nonce.clone(), status: CellStatus::Ok, exit_code: 0, result: None, exception: None, warnings: vec![] });
+                            w.response = Some(CellResponse { id, nonce: nonce.clone(), status: CellStatus::Ok, exit_code: 0, result: None, exception: None, warnings: vec![], outputs: vec![] });
                             marker_deadline = Some(Instant::now() + MARKER_GRACE);
                         }
                         Ok(None) | Err(_) => w.died = true,
@@ -832,6 +832,7 @@ impl Session {
             duration_ms: started.elapsed().as_secs_f64() * 1000.0,
             warnings: watched.warnings,
             files: Vec::new(),
+            outputs: Vec::new(),
         };
         if let Some(reason) = fresh.recycled {
             result.warnings.insert(
