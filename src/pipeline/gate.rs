@@ -234,6 +234,9 @@ impl Pipeline {
         for w in &mut r.warnings {
             *w = red.redact_str(w);
         }
+        for o in &mut r.outputs {
+            o.data = red.redact_str(&o.data);
+        }
         for f in &mut r.files {
             if f.encoding == crate::types::Encoding::Utf8 {
                 f.content = red.redact_str(&f.content);
