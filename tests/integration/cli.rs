@@ -267,7 +267,10 @@ fn secrets_stay_out_of_output_logs_and_audit() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert!(!stdout.contains(secret), "{stdout}");
-    assert!(v["outputs"][0]["data"].as_str().unwrap().contains("***"), "{v}");
+    assert!(
+        v["outputs"][0]["data"].as_str().unwrap().contains("***"),
+        "{v}"
+    );
 }
 
 /// A host where namespaces unshare but a fresh /proc cannot be mounted (a container that masks
