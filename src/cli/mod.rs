@@ -70,6 +70,10 @@ pub enum Command {
         /// Bearer token clients must send (else SANDPIT_TOKEN)
         #[arg(long, env = "SANDPIT_TOKEN", hide_env_values = true)]
         token: Option<String>,
+        /// Per-user tokens: a file of `USER TOKEN` lines (mode 0600); the token decides the
+        /// user, and each user sees and kills only their own sessions and approvals
+        #[arg(long, value_name = "FILE", env = "SANDPIT_TOKENS_FILE")]
+        tokens: Option<PathBuf>,
     },
     /// Which backends work here, and why not
     Doctor {
@@ -167,9 +171,20 @@ async fn serve(
     listen: Option<String>,
     unix: Option<PathBuf>,
     token: Option<String>,
+    tokens: Option<PathBuf>,
     policy: Policy,
 ) -> ExitCode {
     use crate::server::http::Listen;
+    let users = match tokens
+        .map(|p| crate::server::http::TokenTable::load(&p))
+        .transpose()
+    {
+        Ok(u) => u,
+        Err(e) => {
+            report_error(&e);
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
     let choice = match backend_choice(&BackendArg { backend: None }, &policy) {
         Ok(c) => c,
         Err(e) => {
@@ -189,7 +204,7 @@ async fn serve(
         Some(p) => Listen::Unix(p),
         None => Listen::Tcp(listen.unwrap_or_else(|| "127.0.0.1:8080".into())),
     };
-    let outcome = crate::server::http::serve(manager.clone(), listen, token).await;
+    let outcome = crate::server::http::serve(manager.clone(), listen, token, users).await;
     manager.shutdown().await;
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
@@ -250,7 +265,8 @@ pub fn main() -> ExitCode {
             listen,
             unix,
             token,
-        } => runtime.block_on(serve(listen, unix, token, policy)),
+            tokens,
+        } => runtime.block_on(serve(listen, unix, token, tokens, policy)),
         Command::Image {
             action: ImageAction::Build { offline },
         } => runtime.block_on(image::build(offline)),
