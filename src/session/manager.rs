@@ -475,6 +475,91 @@ impl SessionManager {
         Ok(true)
     }
 
+    /// The files API: `user`'s live session `id` and its workspace on this host.
+    async fn session_workspace(&self, user: &str, id: &str) -> Result<std::path::PathBuf> {
+        let entry = {
+            let sessions = self.sessions.lock().await;
+            match sessions.get(id) {
+                None => return Err(Error::SessionNotFound(id.to_string())),
+                Some(e) if e.user != user => return Err(Error::SessionForbidden(id.to_string())),
+                Some(e) => e.clone(),
+            }
+        };
+        // Waits for a running cell: files change between cells, not under one.
+        let guard = entry.session.lock().await;
+        let Some(s) = guard.as_ref() else {
+            return Err(Error::SessionNotFound(id.to_string()));
+        };
+        s.host_workspace().ok_or_else(|| {
+            Error::InvalidRequest(format!(
+                "the {} backend gives no host access to a session's workspace; pass files with the code instead",
+                self.backend_name()
+            ))
+        })
+    }
+
+    /// Lists directory `dir` of a live session's workspace (`""`: the workspace).
+    pub async fn list_files(
+        &self,
+        user: &str,
+        id: &str,
+        dir: &str,
+    ) -> Result<Vec<super::files::FileEntry>> {
+        let ws = self.session_workspace(user, id).await?;
+        let dir = dir.to_string();
+        tokio::task::spawn_blocking(move || super::files::list(&ws, &dir))
+            .await
+            .map_err(|e| Error::sandbox(format!("list files: {e}")))?
+    }
+
+    /// Reads one file of a live session's workspace (at most 10 MiB, a single-link regular
+    /// file beneath the workspace), redacted like output files.
+    pub async fn read_file(
+        &self,
+        user: &str,
+        id: &str,
+        path: &str,
+    ) -> Result<crate::types::OutputFile> {
+        let ws = self.session_workspace(user, id).await?;
+        let wanted = vec![path.to_string()];
+        let (mut files, warnings) =
+            tokio::task::spawn_blocking(move || super::files::read_outputs(&ws, &wanted))
+                .await
+                .map_err(|e| Error::sandbox(format!("read a file: {e}")))?;
+        let Some(mut file) = files.pop() else {
+            let why = warnings.join("; ");
+            return Err(if why.contains("No such file") {
+                Error::InvalidRequest(format!("no file {path:?} in session {id}'s workspace"))
+            } else {
+                Error::InvalidRequest(why.replace("output_files: ", ""))
+            });
+        };
+        self.pipeline.redact_file(&mut file);
+        tracing::info!(session = %id, user = %user, path = %path, "file read through the files API");
+        Ok(file)
+    }
+
+    /// Writes one file into a live session's workspace, as request `files` are written
+    /// (beneath the workspace, replaced by rename, owned by the sandbox). Returns its size.
+    pub async fn write_file(
+        &self,
+        user: &str,
+        id: &str,
+        file: crate::types::FileSpec,
+    ) -> Result<u64> {
+        let ws = self.session_workspace(user, id).await?;
+        let size = match file.encoding {
+            crate::types::Encoding::Utf8 => file.content.len() as u64,
+            crate::types::Encoding::Base64 => (file.content.len() as u64 / 4) * 3,
+        };
+        let path = file.path.clone();
+        tokio::task::spawn_blocking(move || super::files::write_inputs(&ws, &[file]))
+            .await
+            .map_err(|e| Error::sandbox(format!("write a file: {e}")))??;
+        tracing::info!(session = %id, user = %user, path = %path, "file written through the files API");
+        Ok(size)
+    }
+
     /// Kills sessions idle longer than the TTL.
     pub async fn sweep(&self) {
         let expired: Vec<(String, Arc<Entry>)> = {

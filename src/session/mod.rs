@@ -12,7 +12,7 @@
 mod cell;
 use cell::{describe_end, Aftermath, Cell, CellEnd, Fresh, StreamState, Watched};
 mod disk;
-mod files;
+pub mod files;
 pub mod manager;
 pub mod packages;
 pub mod pool;

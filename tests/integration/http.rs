@@ -672,7 +672,10 @@ fn per_user_tokens_keep_users_apart() {
         let r = srv.req(
             method,
             path,
-            &[("Content-Type", "application/json"), ("Authorization", &auth)],
+            &[
+                ("Content-Type", "application/json"),
+                ("Authorization", &auth),
+            ],
             body,
         );
         let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
@@ -716,9 +719,71 @@ fn per_user_tokens_keep_users_apart() {
         "/v1/execute",
         r#"{"language":"python","code":"result = secret","session_id":"a1"}"#,
     );
-    assert_eq!((st, v["result"].clone()), (200, serde_json::json!(42)), "{v}");
+    assert_eq!(
+        (st, v["result"].clone()),
+        (200, serde_json::json!(42)),
+        "{v}"
+    );
     let (st, _) = call("not-a-token-at-all-xx", "GET", "/v1/sessions", "");
     assert_eq!(st, 401);
     let (st, v) = call(ta, "DELETE", "/v1/sessions/a1", "");
     assert_eq!(st, 200, "{v}");
+}
+
+/// The files API: a client uploads a CSV into a live session, runs two cells on it and
+/// downloads the output, without putting a file in an execution request; paths stay beneath
+/// the workspace; another user's session is refused.
+#[test]
+fn files_api_uploads_lists_and_downloads() {
+    let srv = Server::start_with(&[], &[("SANDPIT_POOL_SIZE", "0")]);
+    let (st, v) = srv.json(
+        "POST",
+        "/v1/execute",
+        r#"{"language":"python","code":"import os","session_id":"f1"}"#,
+    );
+    assert_eq!(st, 200, "{v}");
+    let (st, v) = srv.json(
+        "PUT",
+        "/v1/sessions/f1/files/data/in.csv",
+        r#"{"content":"a,b\n1,2\n3,4\n"}"#,
+    );
+    assert_eq!((st, v["size"].clone()), (200, serde_json::json!(12)), "{v}");
+    let (st, v) = srv.json(
+        "POST",
+        "/v1/execute",
+        r#"{"language":"python","code":"rows = open('data/in.csv').read().split()[1:]","session_id":"f1"}"#,
+    );
+    assert_eq!(st, 200, "{v}");
+    let (st, v) = srv.json(
+        "POST",
+        "/v1/execute",
+        r#"{"language":"python","code":"open('out.txt', 'w').write(str(sum(int(x) for r in rows for x in r.split(','))))","session_id":"f1"}"#,
+    );
+    assert_eq!(st, 200, "{v}");
+    let (st, v) = srv.json("GET", "/v1/sessions/f1/files", "");
+    assert_eq!(st, 200, "{v}");
+    let names: Vec<&str> = v["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"data") && names.contains(&"out.txt"), "{v}");
+    let (st, v) = srv.json("GET", "/v1/sessions/f1/files?dir=data", "");
+    assert_eq!(v["files"][0]["path"], "data/in.csv", "{st} {v}");
+    let (st, v) = srv.json("GET", "/v1/sessions/f1/files/out.txt", "");
+    assert_eq!(
+        (st, v["content"].clone()),
+        (200, serde_json::json!("10")),
+        "{v}"
+    );
+    // Beneath the workspace only; other users' sessions refused; unknown sessions 404.
+    let (st, v) = srv.json("GET", "/v1/sessions/f1/files/..%2F..%2Fetc%2Fpasswd", "");
+    assert_eq!(st, 400, "{v}");
+    let (st, v) = srv.json("GET", "/v1/sessions/f1/files?dir=/etc", "");
+    assert_eq!(st, 400, "{v}");
+    let (st, v) = srv.json("GET", "/v1/sessions/f1/files?user=mallory", "");
+    assert_eq!(st, 403, "{v}");
+    let (st, v) = srv.json("GET", "/v1/sessions/nope/files", "");
+    assert_eq!(st, 404, "{v}");
 }

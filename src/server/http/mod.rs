@@ -18,6 +18,7 @@
 
 mod auth;
 mod errors;
+mod files;
 mod openapi;
 mod routes;
 mod sse;
@@ -26,6 +27,7 @@ mod users;
 pub use users::TokenTable;
 
 pub use errors::{ErrorBody, ErrorDetail};
+pub use files::{FileList, Upload, Written};
 pub use routes::{ApprovalList, Health, Killed, Resolved, SessionList};
 
 use crate::error::Error;
@@ -244,6 +246,11 @@ fn router(state: AppState) -> Router {
         .route("/v1/execute", post(routes::execute))
         .route("/v1/sessions", get(routes::list_sessions))
         .route("/v1/sessions/{id}", delete(routes::kill_session))
+        .route("/v1/sessions/{id}/files", get(files::list_files))
+        .route(
+            "/v1/sessions/{id}/files/{*path}",
+            get(files::read_file).put(files::write_file),
+        )
         .route("/v1/approvals", get(routes::list_approvals))
         .route("/v1/approvals/{id}", post(routes::decide_approval))
         .route("/healthz", get(routes::healthz))
