@@ -61,6 +61,8 @@ pub enum Command {
     },
     /// HTTP API
     Serve {
+        #[command(flatten)]
+        backend: BackendArg,
         /// TCP address (default 127.0.0.1:8080); off loopback a bearer token is required
         #[arg(long, value_name = "ADDR", conflicts_with = "unix")]
         listen: Option<String>,
@@ -168,6 +170,7 @@ async fn mcp(backend: BackendArg, policy: Policy) -> ExitCode {
 
 /// `sandpit serve`: the HTTP API over the session manager.
 async fn serve(
+    backend: BackendArg,
     listen: Option<String>,
     unix: Option<PathBuf>,
     token: Option<String>,
@@ -185,7 +188,7 @@ async fn serve(
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let choice = match backend_choice(&BackendArg { backend: None }, &policy) {
+    let choice = match backend_choice(&backend, &policy) {
         Ok(c) => c,
         Err(e) => {
             report_error(&e);
@@ -266,7 +269,8 @@ pub fn main() -> ExitCode {
             unix,
             token,
             tokens,
-        } => runtime.block_on(serve(listen, unix, token, tokens, policy)),
+            backend,
+        } => runtime.block_on(serve(backend, listen, unix, token, tokens, policy)),
         Command::Image {
             action: ImageAction::Build { offline },
         } => runtime.block_on(image::build(offline)),

@@ -700,7 +700,7 @@ mod tests {
     #[test]
     fn tools_have_object_schemas() {
         let tools = tools();
-        assert_eq!(tools.len(), 3);
+        assert_eq!(tools.len(), 6);
         for t in tools {
             assert_eq!(t.input_schema.get("type"), Some(&json!("object")));
         }

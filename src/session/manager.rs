@@ -304,7 +304,11 @@ impl SessionManager {
             let r = s.run_request_cancellable(req, output, cancel).await;
             s.kill().await;
             drop(permit);
-            return r;
+            // The sandbox is gone: its id names no session a caller could come back to.
+            return r.map(|mut r| {
+                r.session_id = None;
+                r
+            });
         };
         let entry = self.entry_for(&id, req).await?;
         if admission.trust_session {
