@@ -11,17 +11,6 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use std::time::Instant;
 
-/// Compares two byte strings in time independent of where they differ.
-pub(super) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    let mut diff = u8::from(a.len() != b.len());
-    for i in 0..a.len().max(b.len()) {
-        let x = a.get(i).copied().unwrap_or(0);
-        let y = b.get(i).copied().unwrap_or(0);
-        diff |= x ^ y;
-    }
-    diff == 0
-}
-
 impl AppState {
     fn host_ok(&self, host: &str) -> bool {
         let host = host.trim().to_ascii_lowercase();
@@ -83,7 +72,9 @@ impl AppState {
             }
         }
         match (&self.token, given) {
-            (Some(token), Some(g)) if constant_time_eq(g.as_bytes(), token.as_bytes()) => {
+            (Some(token), Some(g))
+                if crate::util::constant_time_eq(g.as_bytes(), token.as_bytes()) =>
+            {
                 Ok(Authed(None))
             }
             _ => Err(ApiError::new(
@@ -145,14 +136,6 @@ pub(super) async fn guard(State(state): State<AppState>, req: Request, next: Nex
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn constant_time_eq_works() {
-        assert!(constant_time_eq(b"secret", b"secret"));
-        assert!(!constant_time_eq(b"secret", b"secreT"));
-        assert!(!constant_time_eq(b"secret", b"secret2"));
-        assert!(!constant_time_eq(b"", b"x"));
-    }
 
     #[test]
     fn strip_port_handles_v4_v6_and_names() {

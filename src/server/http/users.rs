@@ -87,7 +87,7 @@ impl TokenTable {
     pub fn user_of(&self, given: &str) -> Option<&str> {
         let mut found = None;
         for (user, token) in &self.entries {
-            if super::auth::constant_time_eq(given.as_bytes(), token.as_bytes()) {
+            if crate::util::constant_time_eq(given.as_bytes(), token.as_bytes()) {
                 found = Some(user.as_str());
             }
         }
