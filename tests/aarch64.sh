@@ -33,11 +33,12 @@ ci=${CI:-}
 is_root() { [ "$(id -u)" = 0 ]; }
 
 started=$(date +%s)
-step_start=$started
+step_start=
 # Like run-all.sh's `say`, one level down: the time of the previous step, then the next one.
 step() {
   local now; now=$(date +%s)
-  printf '      (%ds)\n  --> aarch64: %s\n' "$((now - step_start))" "$*"
+  [ -z "$step_start" ] || printf '      (%ds)\n' "$((now - step_start))"
+  printf '  --> aarch64: %s\n' "$*"
   step_start=$now
 }
 # A missing piece: a failure under CI=true, else this stage is skipped with the reason.
@@ -87,10 +88,11 @@ run_aarch64 "$work/probe" | tee "$work/probe.out"
 lacks() { grep -qx "$1 ENOSYS" "$work/probe.out"; }
 
 # --- Build once, release profile: the binary a Pi runs, then the unit tests ------------------
-# Both in the release profile, so the dependencies are compiled once for both (a debug build of
-# the tests besides would double the cost on 2 cores), the binary checked is the one a Pi would
-# install, and the tests run about 5x faster under qemu than unoptimized. The x86-64 unit tests
-# in run-all.sh cover the debug profile (debug assertions, overflow checks).
+# Both in the release profile: the binary checked is the one a Pi would install, the tests share
+# its compiled dependencies, and they run about 5x faster under qemu than a debug build's (a
+# debug test build beside the release binary would cost more in all; README "Raspberry Pi 5"
+# has the figures). The x86-64 unit tests in run-all.sh cover the debug profile (debug
+# assertions, overflow checks).
 step "cross build: release binary"
 cargo build --quiet --release --target "$triple" --bin sandpit
 step "cross build: unit tests (release profile)"
@@ -195,4 +197,4 @@ out=$(run_aarch64 "$bin" run -b unsandboxed -l python 'print(6 * 7)' 2> "$work/u
   exit 1
 }
 echo "run -b unsandboxed -l python: $out"
-step "aarch64 done"
+step "done: $(($(date +%s) - started))s in all"
