@@ -2,7 +2,7 @@
 //! under a filter that answers one syscall with `EPERM`, as Docker's default profile does
 //! (measured with Docker 20.10: `pivot_root` even with `--cap-add SYS_ADMIN`, and
 //! `process_vm_readv` without `CAP_SYS_PTRACE`). The container stage of tests/run-all.sh runs the
-//! conformance suite in the real containers; these tests pin the fixes on any host.
+//! conformance suite in the real containers; these tests pin the two fixes on any host.
 
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Output};
@@ -97,6 +97,49 @@ fn json(out: &Output) -> serde_json::Value {
             String::from_utf8_lossy(&out.stderr)
         )
     })
+}
+
+/// Docker's default profile with `--cap-add SYS_ADMIN` allows unshare and mount but refuses
+/// `pivot_root`: the namespace probe tries it, so `auto` runs the session without namespaces
+/// (before: doctor said "own root via namespaces" and every session failed at step mounts with
+/// `pivot_root: EPERM`), and doctor names the step.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[test]
+fn a_refused_pivot_root_falls_back_to_no_namespaces_and_says_so() {
+    let doctor = json(&output_refusing(
+        sandpit(&["doctor", "--json"], &[], false),
+        libc::SYS_pivot_root,
+    ));
+    let linux = doctor["backends"]
+        .as_array()
+        .expect("backends")
+        .iter()
+        .find(|b| b["backend"] == "linux")
+        .expect("the linux backend")
+        .to_string();
+    assert!(
+        linux.contains("pivot_root: EPERM")
+            && linux.contains("Docker's default refuses pivot_root"),
+        "doctor does not say why: {linux}"
+    );
+    let out = output_refusing(
+        sandpit(
+            &["run", "-b", "linux", "--json", "print(41 + 1)"],
+            &[],
+            false,
+        ),
+        libc::SYS_pivot_root,
+    );
+    let r = json(&out);
+    assert_eq!(r["status"], "ok", "{r}");
+    assert_eq!(r["stdout"], "42\n", "{r}");
+    assert!(
+        r["warnings"][0]
+            .as_str()
+            .unwrap_or_default()
+            .contains("without namespaces, because the host refused them"),
+        "{r}"
+    );
 }
 
 /// Docker's default profile refuses `process_vm_readv` without `CAP_SYS_PTRACE` (while it
