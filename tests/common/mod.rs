@@ -76,6 +76,9 @@ where
         }
         other => other,
     };
+    if backend == "linux" {
+        assert_linux_mode(&policy);
+    }
     let choice: BackendChoice = name.parse().expect("backend name");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -101,6 +104,49 @@ where
         backend: be,
         policy,
     }));
+}
+
+/// Whether the native backend gives sessions namespaces under `policy` here (doctor's answer,
+/// which `run` follows: the probe is the same).
+pub fn linux_namespaces(policy: &Policy) -> bool {
+    linux_namespaces_fact(policy).0
+}
+
+/// doctor's "namespaces" line for the native backend: whether sessions get them, and the text.
+fn linux_namespaces_fact(policy: &Policy) -> (bool, String) {
+    let a = sandpit::backend::linux::availability(policy, &helper());
+    let text = a
+        .facts
+        .iter()
+        .find(|(k, _)| k == "namespaces")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    (!text.starts_with("unavailable"), text)
+}
+
+/// The sandbox the container stage of tests/run-all.sh measured for `auto` in the container it
+/// runs the suite in: `SANDPIT_TEST_LINUX_MODE=namespaces`, or `no-namespaces:WHY[|WHY...]` (the
+/// probe's refusal, as doctor shows it, must contain one of them). Every case of the `linux`
+/// column first asserts it, so a container that gives another sandbox fails the stage instead
+/// of passing in a mode nobody looked at. Unset (the host stages): nothing is expected.
+fn assert_linux_mode(policy: &Policy) {
+    let Ok(expect) = std::env::var("SANDPIT_TEST_LINUX_MODE") else {
+        return;
+    };
+    let (namespaces, fact) = linux_namespaces_fact(policy);
+    match expect.split_once(':') {
+        None if expect == "namespaces" => {
+            assert!(namespaces, "expected namespaces here; doctor says: {fact}")
+        }
+        Some(("no-namespaces", why)) => {
+            assert!(!namespaces, "expected no namespaces here; doctor says: {fact}");
+            assert!(
+                why.split('|').any(|w| fact.contains(w)),
+                "doctor's reason is none of {why:?}: {fact}"
+            );
+        }
+        _ => panic!("SANDPIT_TEST_LINUX_MODE={expect:?}: expected `namespaces` or `no-namespaces:WHY[|WHY...]`"),
+    }
 }
 
 impl Ctx {
