@@ -130,14 +130,19 @@ fi
 
 # --- 8. The native columns inside containers ---------------------------------------------------
 # Agent platforms run sandpit inside containers. The conformance suite's native columns
-# (linux, linux_no_ns, linux_no_ns_abi4: every name with "::linux") run in containers of the
-# sandbox image, the two binaries mounted read-only, under the `docker run` flags users have.
+# (linux, linux_no_ns, linux_no_ns_abi4, linux_no_landlock: every name with "::linux") run in
+# containers of the sandbox image, the two binaries mounted read-only, under the `docker run`
+# flags users have. Where auto gets no namespaces, linux_no_landlock asserts the refusal
+# (neither namespaces nor Landlock: nothing would confine the filesystem).
 # Not run inside: the docker column (no Docker-in-Docker: no engine is reachable in there) and
 # the unsandboxed one (no sandbox to test). SANDPIT_TEST_LINUX_MODE is the sandbox `auto` must
 # give in each (measured here: Docker 20.10, cgroup v1, no AppArmor); every case of the linux
 # column asserts it against doctor's probe, and auto_says_which_sandbox_it_is that the result
 # says so. The containment cases' oracles are the suite's own process in the container, which
-# is already its own PID namespace; their network cases only use loopback.
+# is already its own PID namespace; their network cases only use loopback. As root the
+# sessions take uids from 3000000 (the host's suites use 2000000): the kernel counts a uid's
+# processes (RLIMIT_NPROC) across containers, and the container cannot see the host's (seen:
+# "fork the interpreter: EAGAIN" while a sandpit on the host ran sessions as the same uid).
 if is_root; then
   image=sandpit-sandbox:2
   docker run --rm --user 1000 "$image" bash -c 'test -x /usr/bin/python3 && test -x /usr/bin/node && test -x /bin/bash' \
@@ -150,6 +155,7 @@ if is_root; then
     say "native columns inside a container: $what (docker run $*; auto: ${mode%%:*})"
     docker run --rm --label sandpit-test=containers "$@" -v "$bindir":/sandpit:ro \
       -e SANDPIT_HELPER=/sandpit/sandpit -e CI=true -e SANDPIT_TEST_LINUX_MODE="$mode" \
+      -e SANDPIT_TEST_UID_BASE=3000000 \
       "$image" bash -c '"$@" & wait $!' reaper "/sandpit/$(basename "$suite")" ::linux --test-threads=2 \
       2>&1 | tee "$ctr_log" | grep -v '^test .* ok$'
     # Every native case ran and passed (CI=true inside: a skipped column fails its cases).

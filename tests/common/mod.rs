@@ -42,6 +42,14 @@ pub fn policy() -> Policy {
     if let Ok(dir) = std::env::var("SANDPIT_TEST_STATE_DIR") {
         p.state_dir = dir;
     }
+    // Session uids of their own (as root): the container stage of tests/run-all.sh keeps the
+    // suite in a container apart from sandpits on the host, whose processes it cannot see.
+    if let Some(base) = std::env::var("SANDPIT_TEST_UID_BASE")
+        .ok()
+        .and_then(|b| b.parse().ok())
+    {
+        p.linux.uid_base = base;
+    }
     p
 }
 
@@ -86,13 +94,22 @@ where
         .build()
         .unwrap();
     let selected = rt.block_on(backend::select(choice, &policy, &helper()));
+    let refusal = expected_refusal(backend);
     let be = match selected {
+        Ok(_) if refusal.is_some() => {
+            panic!("expected the backend to refuse here ({refusal:?}), but it runs")
+        }
         Ok(b) => b,
         Err(e) => {
             let msg = format!(
                 "backend {backend} unavailable here: {}",
                 e.message_with_hint()
             );
+            if let Some(why) = refusal {
+                assert!(msg.contains(why), "refused, but not because {why:?}: {msg}");
+                eprintln!("REFUSED, as this host must: {msg}");
+                return;
+            }
             if std::env::var("CI").as_deref() == Ok("true") && required_in_ci(backend) {
                 panic!("CI=true and {msg}");
             }
@@ -147,6 +164,15 @@ fn assert_linux_mode(policy: &Policy) {
         }
         _ => panic!("SANDPIT_TEST_LINUX_MODE={expect:?}: expected `namespaces` or `no-namespaces:WHY[|WHY...]`"),
     }
+}
+
+/// The refusal a column must meet where the container stage says `auto` gets no namespaces
+/// (`SANDPIT_TEST_LINUX_MODE=no-namespaces:...`): without Landlock too (`linux_no_landlock`)
+/// nothing would confine the filesystem, so the backend must refuse, saying so.
+fn expected_refusal(backend: &str) -> Option<&'static str> {
+    let mode = std::env::var("SANDPIT_TEST_LINUX_MODE").ok()?;
+    (backend == "linux_no_landlock" && mode.starts_with("no-namespaces"))
+        .then_some("neither namespaces nor Landlock are available")
 }
 
 impl Ctx {
