@@ -2,7 +2,7 @@
 # The whole test suite, from a fresh machine: installs what it needs, checks formatting and
 # lints, runs the unit tests (also for aarch64, under qemu-user: tests/aarch64.sh), then the
 # conformance suite against every available backend (as root inside a throwaway PID namespace,
-# and again as an unprivileged user).
+# and again as an unprivileged user), and its native columns inside containers (as root).
 # Usage: bash tests/run-all.sh        (CI runs exactly this through .ci/run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -128,7 +128,7 @@ else
   "$suite" --test-threads=2
 fi
 
-# --- 8. The native columns inside containers ---------------------------------------------------
+# --- 7. The native columns inside containers ---------------------------------------------------
 # Agent platforms run sandpit inside containers. The conformance suite's native columns
 # (linux, linux_no_ns, linux_no_ns_abi4, linux_no_landlock: every name with "::linux") run in
 # containers of the sandbox image, the two binaries mounted read-only, under the `docker run`
