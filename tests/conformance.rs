@@ -7,6 +7,8 @@
 //! Run it as root inside a throwaway PID namespace and as an unprivileged user (see .ci/run).
 
 mod common;
+#[path = "conformance/tools.rs"]
+mod tools;
 
 use common::{du, exec, exec_timeout, host_process_with, Ctx, DuSampler};
 use sandpit::session::{Session, SessionConfig};
