@@ -84,7 +84,15 @@ impl ServerHandler for SandpitMcp {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(tools()))
+        let mut all = tools();
+        // The host tools the code itself can call, so that a model writes code that uses them.
+        if let Some(note) = crate::pipeline::tools::describe_for_models(self.manager.policy()) {
+            if let Some(t) = all.iter_mut().find(|t| t.name == "execute_code") {
+                let text = format!("{}{note}", t.description.as_deref().unwrap_or_default());
+                t.description = Some(text.into());
+            }
+        }
+        Ok(ListToolsResult::with_all_items(all))
     }
 
     async fn call_tool(

@@ -251,6 +251,32 @@ pub fn sandbox_env(policy: &Policy) -> Vec<(String, String)> {
     ]
 }
 
+/// For a model choosing what code to write (MCP's `execute_code` description): the tools the
+/// code may call, how, with each one's description and schema. `None` when none is enabled.
+pub fn describe_for_models(policy: &Policy) -> Option<String> {
+    let tools: Vec<ToolConfig> = policy
+        .declared_tools()
+        .into_iter()
+        .filter(|t| t.enabled)
+        .collect();
+    if tools.is_empty() {
+        return None;
+    }
+    let mut s = String::from(
+        "\n\nThe code can call these host tools, each with a JSON object of arguments, and gets JSON back (an error raises): Python `import sandpit_tools; sandpit_tools.NAME({...})`, JavaScript `await sandpit.tools.NAME({...})`, bash `sandpit-tool NAME '{...}'` (prints the result).",
+    );
+    for t in &tools {
+        s.push_str(&format!("\n- {}", t.name));
+        if !t.description.is_empty() {
+            s.push_str(&format!(": {}", t.description));
+        }
+        if let Ok(Some(schema)) = t.schema_json() {
+            s.push_str(&format!(" Arguments: {schema}"));
+        }
+    }
+    Some(s)
+}
+
 /// A declared tool, ready to call.
 struct Declared {
     config: ToolConfig,

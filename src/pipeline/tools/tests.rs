@@ -7,8 +7,10 @@ use crate::policy::tools::ToolConfig;
 use serde_json::json;
 
 fn policy_with(tools: Vec<ToolConfig>) -> Policy {
-    let mut p = Policy::default();
-    p.tools = tools;
+    let p = Policy {
+        tools,
+        ..Default::default()
+    };
     p.check().unwrap();
     p
 }

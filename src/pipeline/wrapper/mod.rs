@@ -196,7 +196,7 @@ pub fn tool_call_ids(head: &[u8]) -> Option<(u64, u64)> {
     let (id, n) = digits(rest)?;
     let cell = rest[n..]
         .strip_prefix(b",\"cell\":")
-        .and_then(|r| digits(r))
+        .and_then(digits)
         .map_or(0, |(c, _)| c);
     Some((id, cell))
 }
