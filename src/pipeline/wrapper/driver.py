@@ -150,6 +150,8 @@ def _driver():
             arguments = dict(arguments, **kwargs)
         if not isinstance(arguments, dict):
             raise TypeError("the arguments must be a dict (a JSON object)")
+        if os.getpid() != driver_pid:
+            raise ToolError("host tools can only be called from the cell's own process, not a forked one")
         json = json_module()
         body = json.dumps(arguments, allow_nan=False, separators=(",", ":"))
         with tool_lock:

@@ -129,7 +129,8 @@ sandpit-tool() {
     [[ $- == *C* ]] && had_c=1
     case $name in
     --list)
-        builtin printf '%s\n' ${SANDPIT_TOOLS//,/ }
+        local IFS=,
+        builtin printf '%s\n' ${SANDPIT_TOOLS-}
         return 0
         ;;
     --describe)
