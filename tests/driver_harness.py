@@ -863,6 +863,24 @@ def tool_call_interrupted_with_the_cell(lang):
     check(r["response"]["result"] == {"got": {}} or r["stdout"] == '{"got":{}}\n', "tools work after an interrupt", r)
 
 
+@test("bash")
+def stale_background_tool_call(lang):
+    # A background job calls a tool after its cell ended: between cells it is refused in the
+    # sandbox (it must not read the request channel the driver reads); during a later cell the
+    # host refuses it (another cell's id). Either way it gets an error, and the session works.
+    s = fresh(lang)
+    expect_ok(run(s, "( sleep 0.2; sandpit-tool echo '{}' > late.txt 2>&1 ) &"))
+    time.sleep(0.5)
+
+    def host(call):
+        return echo_tool(call) if call["cell"] == s.next_id - 1 else (False, "the cell that made this call has ended")
+
+    r = run(s, "while [ ! -s late.txt ]; do sleep 0.05; done; cat late.txt; echo ok", tools=host, timeout=30)
+    check("sandpit-tool: echo:" in r["stdout"] or "while a cell runs" in r["stdout"], "the late call got an error", r)
+    check('"got"' not in r["stdout"] and r["stdout"].endswith("ok\n"), "and no result", r)
+    expect_ok(run(s, "sandpit-tool echo '{\"now\": 1}'", tools=host))
+
+
 @test("python", "javascript", "bash")
 def eof_exits_zero(lang):
     s = fresh(lang)

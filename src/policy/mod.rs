@@ -815,6 +815,47 @@ mod tests {
     }
 
     #[test]
+    fn host_exec_is_off_by_default_and_set_by_its_variables() {
+        let p = Policy::default();
+        assert!(!p.host_exec.enabled);
+        assert!(p.tools.is_empty());
+        let names: Vec<String> = p.declared_tools().into_iter().map(|t| t.name).collect();
+        assert_eq!(
+            names,
+            ["host_exec"],
+            "the built-in is always there to say it is off"
+        );
+        let mut v: toml::Value = toml::from_str(DEFAULT_POLICY).unwrap();
+        apply_env(&mut v, |k| match k {
+            "SANDPIT_HOST_EXEC" => Some("true".into()),
+            "SANDPIT_HOST_EXEC_ALLOW" => Some("git status*, git log*".into()),
+            "SANDPIT_HOST_EXEC_VALIDATOR_THRESHOLD" => Some("0.3".into()),
+            "SANDPIT_TOOL_CALLS_MAX_PER_CELL" => Some("5".into()),
+            _ => None,
+        })
+        .unwrap();
+        let p: Policy = v.try_into().unwrap();
+        p.check().unwrap();
+        assert!(p.host_exec.enabled);
+        assert_eq!(p.host_exec.allow, ["git status*", "git log*"]);
+        assert_eq!(p.host_exec.validator_threshold, 0.3);
+        assert_eq!(p.tool_calls.max_per_cell, 5);
+        // [[tools]] from a file, checked as a whole.
+        let declared: Vec<tools::ToolConfig> =
+            toml::from_str::<std::collections::BTreeMap<String, Vec<tools::ToolConfig>>>(
+                "[[tools]]\nname = \"x\"\nkind = \"command\"\ncommand = [\"relative\"]\n",
+            )
+            .unwrap()
+            .remove("tools")
+            .unwrap();
+        let bad = Policy {
+            tools: declared,
+            ..Default::default()
+        };
+        assert!(bad.check().is_err());
+    }
+
+    #[test]
     fn input_names_are_identifiers() {
         assert!(is_identifier("a_1"));
         assert!(!is_identifier("1a"));

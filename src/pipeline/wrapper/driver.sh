@@ -67,10 +67,14 @@ __sp_cell() { __sp_in_cell=1; builtin trap "$__sp_on_int" INT; builtin trap "$__
 #     (pipelines, $(...), ( ), & within the cell) reach them; programs the cell executes do
 #     not, so the channel never leaves this shell.
 #   - Callers are serialized by a lock file ($TMPDIR/.sandpit-tool-lock.$$, made with
-#     noclobber, holding the caller's pid); a call checks that its cell is still the running
-#     one ($TMPDIR/.sandpit-tool-cell.$$, written at the start and the end of each cell).  At
-#     the end of a cell the driver waits for a call in progress (the host answers it, or
-#     cancels it when it interrupts the cell) before it responds.
+#     noclobber, holding the caller's pid).  At the end of a cell the driver waits for a call
+#     in progress (the host answers it, or cancels it when it interrupts the cell) before it
+#     responds.
+#   - A call checks that its cell is still the running one ($TMPDIR/.sandpit-tool-cell.$$,
+#     written in place at the start and the end of each cell), so that a background job left
+#     by an earlier cell never reads the request channel between cells.  The file is kept
+#     from the first cell whose code names sandpit-tool (or may run code it cannot see:
+#     source, eval, `. `); before that there is none, and a call does not check.
 
 # Trap texts. The first way out of a cell records the shell options in __sp_f, and each
 # turns off -e -x -v (silently: its xtrace goes to /dev/null). __sp_save writes the cell's
@@ -121,6 +125,7 @@ __sp_read() {
 __sp_tool_lock="${TMPDIR:-/tmp}/.sandpit-tool-lock.$$"
 __sp_tool_cell="${TMPDIR:-/tmp}/.sandpit-tool-cell.$$"
 __sp_tool_seq=0
+__sp_tool_track=
 # (Not `builtin exec`: its redirections would only last for the builtin.)
 exec 10<&- 11>&-
 
@@ -160,8 +165,10 @@ sandpit-tool() {
         fi
     done
     [[ -n $had_c ]] || builtin set +C
-    cur=
-    IFS= builtin read -r cur <"$__sp_tool_cell" 2>/dev/null || :
+    cur=$__sp_id
+    if [[ -e $__sp_tool_cell ]]; then
+        builtin read -r cur <"$__sp_tool_cell" 2>/dev/null || :
+    fi
     if [[ $cur != "$__sp_id" ]] || ! { : >&11; } 2>/dev/null; then
         command -p rm -f -- "$__sp_tool_lock"
         builtin printf 'sandpit-tool: host tools can only be called while a cell runs\n' >&2
@@ -221,7 +228,14 @@ while :; do
     if [[ -n $__sp_prelude ]]; then
         builtin eval "$__sp_prelude" 3<&- 4>&-
     fi
-    { builtin printf '%s\n' "$__sp_id" >|"$__sp_tool_cell"; } 2>/dev/null
+    if [[ -z $__sp_tool_track ]] && [[ $__sp_code == *sandpit-tool* || $__sp_code == *source* ||
+        $__sp_code == *eval* || $__sp_code == *". "* ]]; then
+        __sp_tool_track=1
+    fi
+    if [[ -n $__sp_tool_track ]]; then
+        # In place and fixed width: truncating a file may cost a disk flush every cell.
+        { builtin printf '%-20s\n' "$__sp_id" 1<>"$__sp_tool_cell"; } 2>/dev/null
+    fi
     # 3 and 4 first: bash keeps their saved copies on fds 10 and 11 (see "Host tools").
     if [[ $__sp_inter == 1 ]]; then
         __sp_cell 3<&- 4>&-
@@ -236,7 +250,9 @@ while :; do
     builtin trap '' INT
     builtin trap - DEBUG ERR
     # No tool call from now on; wait for one in progress (the host answers or cancels it).
-    { builtin printf -- '-\n' >|"$__sp_tool_cell"; } 2>/dev/null
+    if [[ -n $__sp_tool_track ]]; then
+        { builtin printf '%-20s\n' - 1<>"$__sp_tool_cell"; } 2>/dev/null
+    fi
     while [[ -e $__sp_tool_lock ]]; do
         __sp_owner=
         IFS= builtin read -r __sp_owner <"$__sp_tool_lock" 2>/dev/null || :
