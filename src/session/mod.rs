@@ -57,6 +57,12 @@ pub const START_TIMEOUT: Duration = Duration::from_secs(20);
 const IDLE_FLUSH: Duration = Duration::from_millis(100);
 /// After the response, how long the end markers may lag behind on the output streams.
 const MARKER_GRACE: Duration = Duration::from_millis(500);
+/// After an interrupt, how long the calls it cancelled wait for their answers: the interrupt
+/// itself (SIGINT) ends a call the cell's main flow waits on, and must get there first (on
+/// Docker it travels through the engine's API), or the cell would end on the answer and a late
+/// SIGINT could reach the next cell. The answers are for callers the signal does not end (a
+/// Python thread, a bash background job), which the driver waits for before it responds.
+const CANCEL_ANSWER_DELAY: Duration = Duration::from_millis(500);
 /// The largest response line (mostly the `result` value) read from a driver.
 const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
 
@@ -744,6 +750,9 @@ impl Session {
                 Some(done) = tools.running.next(), if !tools.running.is_empty() => {
                     tools.finished(done);
                 }
+                _ = sleep_until_some(tools.deferred_at) => {
+                    tools.release_deferred();
+                }
                 written = write_some(&mut run.requests, &tools.outgoing, tools.written), if !tools.outgoing.is_empty() => {
                     match written {
                         Ok(n) if n > 0 => tools.advance(n),
@@ -940,6 +949,14 @@ impl Session {
     }
 }
 
+/// Sleeps until `at`, or forever when there is nothing to wait for.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Writes some of the front answer of `queue` from `offset` (one `write`: cancel-safe, so the
 /// watch loop can wait on it beside everything else).
 async fn write_some(
@@ -955,9 +972,9 @@ async fn write_some(
 
 /// The host tool calls of one cell, as the watch loop sees them: the calls running, the
 /// answers waiting to be written on the request channel, and what each call became. Every call
-/// read gets exactly one answer while the cell runs (refused, finished, or cancelled by an
-/// interrupt), so no caller in the sandbox waits forever; after the cell's response, calls
-/// still running are dropped (their programs killed) and not answered.
+/// read gets one answer while the cell runs (refused, finished, or cancelled by an interrupt:
+/// [`CANCEL_ANSWER_DELAY`]), so no caller in the sandbox waits forever; after the cell's
+/// response, calls still running are dropped (their programs killed) and not answered.
 struct ToolCalls {
     scope: Option<Arc<ToolScope>>,
     cell: u64,
@@ -968,6 +985,9 @@ struct ToolCalls {
     /// Answers for the request channel; the first one written up to `written`.
     outgoing: VecDeque<Vec<u8>>,
     written: usize,
+    /// Answers to calls an interrupt cancelled, and when they go out ([`CANCEL_ANSWER_DELAY`]).
+    deferred: Vec<(u64, String)>,
+    deferred_at: Option<Instant>,
     /// (order received, summary).
     summaries: Vec<(usize, ToolCallSummary)>,
     received: usize,
@@ -983,6 +1003,8 @@ impl ToolCalls {
             running: Default::default(),
             outgoing: VecDeque::new(),
             written: 0,
+            deferred: Vec::new(),
+            deferred_at: None,
             summaries: Vec::new(),
             received: 0,
             warnings: Vec::new(),
@@ -1154,11 +1176,22 @@ impl ToolCalls {
         ids
     }
 
-    /// The cell was interrupted: running calls are cancelled and answered with an error, so
-    /// the driver (blocked in a call, or waiting for one before it answers) can finish.
+    /// The cell was interrupted: running calls are cancelled now, and answered with an error
+    /// a little later (unless the cell ends first), so that a caller the interrupt does not
+    /// end (a thread, a background job), and the driver waiting for it, can finish.
     fn interrupted(&mut self, why: &str) {
         for id in self.cancel_running(why) {
-            self.answer(id, &Err(why.to_string()));
+            self.deferred.push((id, why.to_string()));
+        }
+        if !self.deferred.is_empty() {
+            self.deferred_at = Some(Instant::now() + CANCEL_ANSWER_DELAY);
+        }
+    }
+
+    fn release_deferred(&mut self) {
+        self.deferred_at = None;
+        for (id, why) in std::mem::take(&mut self.deferred) {
+            self.answer(id, &Err(why));
         }
     }
 
@@ -1166,6 +1199,8 @@ impl ToolCalls {
     /// answers not yet begun are dropped.
     fn cell_ended(&mut self, why: &str) {
         self.cancel_running(why);
+        self.deferred.clear();
+        self.deferred_at = None;
         if self.written == 0 {
             self.outgoing.clear();
         } else {

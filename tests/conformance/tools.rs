@@ -371,9 +371,10 @@ sandpit-tool kb_lookup '{}' 2>&1; echo "rc=$?"
         s.kill().await;
     }
 
-    /// A call in progress is interrupted with its cell: at the cell's timeout the tool's
-    /// process is killed (host oracle: its pid), the call is reported cancelled, and the
-    /// session keeps its state; in Python, JavaScript and bash.
+    /// A call in progress is interrupted with its cell, by a cancellation (a client that went
+    /// away, Ctrl-C) once the tool has started, and by the cell's timeout: the tool's process
+    /// is killed (host oracle: its pid), the call is reported cancelled, and the session keeps
+    /// its state; in Python, JavaScript and bash.
     pub async fn a_tool_call_is_interrupted_with_its_cell(ctx: Ctx) {
         let f = Fixture::new(&ctx, |_, _| {});
         for (lang, set, call, get) in [
@@ -396,41 +397,69 @@ sandpit-tool kb_lookup '{}' 2>&1; echo "rc=$?"
                 "echo $((kept + 1))",
             ),
         ] {
-            let _ = std::fs::remove_file(f.path("slow.pid"));
             let mut s = f.session(&ctx, lang).await;
             run_with(&mut s, set, f.scope(None, |_| {}), LONG).await;
-            let r = run_with(&mut s, call, f.scope(None, |_| {}), Duration::from_secs(3)).await;
-            assert_eq!(r.status, Status::Timeout, "{lang}: {r:?}");
-            assert!(!r.session_restarted, "{lang}: {r:?}");
-            assert_eq!(r.tool_calls.len(), 1, "{lang}: {r:?}");
-            assert_eq!(
-                r.tool_calls[0].status,
-                ToolCallStatus::Cancelled,
-                "{lang}: {r:?}"
-            );
-            // The tool started (it wrote its pid) and is gone now.
-            let pid: i32 = std::fs::read_to_string(f.path("slow.pid"))
-                .expect("the slow tool started")
-                .trim()
-                .parse()
-                .unwrap();
-            let mut gone = false;
-            for _ in 0..500 {
-                // SAFETY: kill with signal 0 only checks that the process exists.
-                let alive = unsafe { libc::kill(pid, 0) } == 0
-                    && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                        .unwrap_or_default()
-                        .contains(") Z ");
-                if !alive {
-                    gone = true;
-                    break;
+            for by_timeout in [false, true] {
+                let _ = std::fs::remove_file(f.path("slow.pid"));
+                let r = if by_timeout {
+                    // Long enough for the tool to start on a loaded machine.
+                    run_with(&mut s, call, f.scope(None, |_| {}), Duration::from_secs(8)).await
+                } else {
+                    let cancel = Arc::new(tokio::sync::Notify::new());
+                    let mut opts = ExecOptions::with_timeout(LONG);
+                    opts.tools = Some(f.scope(None, |_| {}));
+                    opts.cancel = Some(cancel.clone());
+                    let pid_file = f.path("slow.pid");
+                    let canceller = async move {
+                        while !pid_file.exists() {
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                        cancel.notify_one();
+                    };
+                    let (r, ()) = tokio::join!(s.execute(call, opts), canceller);
+                    r.expect("execute")
+                };
+                let what = format!(
+                    "{lang}, by {}",
+                    if by_timeout { "timeout" } else { "cancel" }
+                );
+                let expected = if by_timeout {
+                    Status::Timeout
+                } else {
+                    Status::Error
+                };
+                assert_eq!(r.status, expected, "{what}: {r:?}");
+                assert!(!r.session_restarted, "{what}: {r:?}");
+                assert_eq!(r.tool_calls.len(), 1, "{what}: {r:?}");
+                assert_eq!(
+                    r.tool_calls[0].status,
+                    ToolCallStatus::Cancelled,
+                    "{what}: {r:?}"
+                );
+                // The tool started (it wrote its pid) and is gone now.
+                let pid: i32 = std::fs::read_to_string(f.path("slow.pid"))
+                    .expect("the slow tool started")
+                    .trim()
+                    .parse()
+                    .unwrap();
+                let mut gone = false;
+                for _ in 0..1000 {
+                    // SAFETY: kill with signal 0 only checks that the process exists.
+                    let alive = unsafe { libc::kill(pid, 0) } == 0
+                        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                            .unwrap_or_default()
+                            .contains(") Z ");
+                    if !alive {
+                        gone = true;
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
                 }
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                assert!(gone, "{what}: the interrupted tool (pid {pid}) still runs");
+                let r = run_with(&mut s, get, f.scope(None, |_| {}), LONG).await;
+                let ok = r.result == Some(serde_json::json!(42)) || r.stdout == "42\n";
+                assert!(ok, "{what}: the session lost its state: {r:?}");
             }
-            assert!(gone, "{lang}: the interrupted tool (pid {pid}) still runs");
-            let r = run_with(&mut s, get, f.scope(None, |_| {}), LONG).await;
-            let ok = r.result == Some(serde_json::json!(42)) || r.stdout == "42\n";
-            assert!(ok, "{lang}: the session lost its state: {r:?}");
             s.kill().await;
         }
     }
@@ -648,9 +677,9 @@ result = out
         let code = format!(
             r#"
 line='{forge}'
-for p in /proc/[0-9]*/fd/* /run/sandpit/* /proc/{a_pid}/fd/4 $(find / -xdev -type p 2>/dev/null | head -50); do
-    [ -e "$p" ] || continue
-    timeout 1 sh -c 'printf "%s\n" "$1" > "$2"' _ "$line" "$p" 2>/dev/null && echo "wrote $p"
+for p in /proc/{a_pid}/fd/4 /proc/[0-9]*/fd/* /run/sandpit/* $(find / -xdev -type p 2>/dev/null | head -20); do
+    [ -p "$p" ] || continue
+    timeout 0.5 sh -c 'printf "%s\n" "$1" > "$2"' _ "$line" "$p" 2>/dev/null && echo "wrote $p"
 done
 echo tried
 "#,

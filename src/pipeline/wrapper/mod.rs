@@ -19,8 +19,10 @@
 //! - the host answers each call it reads with exactly one line on fd 3,
 //!   `{"tool_result":{"id":N,"ok":true,"result":...}}` or
 //!   `{"tool_result":{"id":N,"ok":false,"error":"..."}}` (fields in this order: the bash
-//!   driver reads them by prefix), including calls cancelled because the cell was
-//!   interrupted. After the cell's response the host reads no more calls for that cell;
+//!   driver reads them by prefix). A call an interrupt cancelled is answered half a second
+//!   after the SIGINT, unless the cell has ended by then (the signal ends the calls the
+//!   cell's main flow waits on; the answer is for a thread or a background job it does not
+//!   end). After the cell's response the host reads no more calls for that cell;
 //! - a line on fd 3 that starts with `{` is therefore a tool answer, never a request header:
 //!   a driver that reads one where it expects a header (an answer to a call the interrupt
 //!   abandoned) skips it.
