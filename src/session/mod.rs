@@ -1191,7 +1191,8 @@ impl ToolCalls {
     fn release_deferred(&mut self) {
         self.deferred_at = None;
         for (id, why) in std::mem::take(&mut self.deferred) {
-            self.answer(id, &Err(why));
+            self.outgoing
+                .push_back(wrapper::encode_tool_cancelled(id, &why));
         }
     }
 

@@ -411,7 +411,9 @@ sandpit-tool kb_lookup '{}' 2>&1; echo "rc=$?"
                     opts.cancel = Some(cancel.clone());
                     let pid_file = f.path("slow.pid");
                     let canceller = async move {
-                        while !pid_file.exists() {
+                        while std::fs::read_to_string(&pid_file)
+                            .map_or(true, |t| t.trim().is_empty())
+                        {
                             tokio::time::sleep(Duration::from_millis(20)).await;
                         }
                         cancel.notify_one();

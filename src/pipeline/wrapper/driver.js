@@ -430,6 +430,9 @@
     }
     const entry = answer && pendingTools.get(answer.id);
     if (!entry) return; // for a call its cell no longer waits for
+    // Cancelled by an interrupt: the SIGINT ends the cell (and abandons the call). Ending it on
+    // this answer instead could leave the signal to land in a later cell.
+    if (answer.cancelled) return;
     pendingTools.delete(answer.id);
     if (answer.ok) entry.resolve(answer.result);
     else entry.reject(new ToolError(`${entry.name}: ${answer.error}`));

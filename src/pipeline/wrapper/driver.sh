@@ -189,6 +189,8 @@ sandpit-tool() {
         builtin printf '%s\n' "${line%'}}'}"
         return 0
     fi
+    line=${line#'"ok":false,"cancelled":true,'}
+    line=${line/#'"error":'/'"ok":false,"error":'}
     if [[ $line == '"ok":false,"error":'* ]]; then
         line=${line#'"ok":false,"error":"'}
         line=${line%'"}}'}

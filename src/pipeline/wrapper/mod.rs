@@ -20,9 +20,12 @@
 //!   `{"tool_result":{"id":N,"ok":true,"result":...}}` or
 //!   `{"tool_result":{"id":N,"ok":false,"error":"..."}}` (fields in this order: the bash
 //!   driver reads them by prefix). A call an interrupt cancelled is answered half a second
-//!   after the SIGINT, unless the cell has ended by then (the signal ends the calls the
-//!   cell's main flow waits on; the answer is for a thread or a background job it does not
-//!   end). After the cell's response the host reads no more calls for that cell;
+//!   after the SIGINT, unless the cell has ended by then, as
+//!   `{"tool_result":{"id":N,"ok":false,"cancelled":true,"error":"..."}}`: the signal ends the
+//!   calls the cell's main flow waits on (the JavaScript driver ignores such an answer: its
+//!   SIGINT listener ends the cell); the answer is for a Python thread or a bash background job
+//!   the signal does not end. After the cell's response the host reads no more calls for that
+//!   cell;
 //! - a line on fd 3 that starts with `{` is therefore a tool answer, never a request header:
 //!   a driver that reads one where it expects a header (an answer to a call the interrupt
 //!   abandoned) skips it.
@@ -203,6 +206,15 @@ pub fn tool_call_ids(head: &[u8]) -> Option<(u64, u64)> {
     Some((id, cell))
 }
 
+/// The host's answer to a call an interrupt cancelled (see "Tool calls" above).
+pub fn encode_tool_cancelled(id: u64, why: &str) -> Vec<u8> {
+    format!(
+        "{{\"tool_result\":{{\"id\":{id},\"ok\":false,\"cancelled\":true,\"error\":{}}}}}\n",
+        serde_json::Value::String(why.to_string())
+    )
+    .into_bytes()
+}
+
 /// The host's answer to call `id`, one line for fd 3.
 pub fn encode_tool_result(id: u64, answer: &Result<serde_json::Value, String>) -> Vec<u8> {
     let line = match answer {
@@ -247,6 +259,10 @@ mod tests {
             b"{\"tool_result\":{\"id\":4,\"ok\":false,\"error\":\"no \\\"such\\\" tool\\n\"}}\n"
         );
         assert_eq!(err.iter().filter(|&&b| b == b'\n').count(), 1);
+        assert_eq!(
+            encode_tool_cancelled(5, "interrupted"),
+            b"{\"tool_result\":{\"id\":5,\"ok\":false,\"cancelled\":true,\"error\":\"interrupted\"}}\n"
+        );
     }
 
     #[test]
