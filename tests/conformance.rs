@@ -495,6 +495,62 @@ mod functional {
         s.kill().await;
     }
 
+    /// A cell ending in an expression gives its value, as the language's REPL echoes it:
+    /// JSON where it can be, its repr / inspect text in `outputs`; a bound `result` wins.
+    pub async fn the_last_expression_is_the_value(ctx: Ctx) {
+        let text = |r: &sandpit::ExecResult| {
+            r.outputs
+                .iter()
+                .find(|o| o.kind == "execute_result" && o.mime == "text/plain")
+                .map(|o| o.data.clone())
+        };
+        let r = ctx.run(Language::Python, "x = 20\nx * 2 + 2").await;
+        assert_eq!(r.result, Some(serde_json::json!(42)), "{r:?}");
+        assert_eq!(text(&r).as_deref(), Some("42"));
+        let r = ctx
+            .run(
+                Language::Python,
+                "import fractions\nfractions.Fraction(1, 3)",
+            )
+            .await;
+        assert_eq!(r.result, Some(serde_json::json!("Fraction(1, 3)")), "{r:?}");
+        assert!(
+            r.warnings.is_empty(),
+            "a repr value is not a warning: {r:?}"
+        );
+        let r = ctx.run(Language::Python, "result = 'mine'\n7").await;
+        assert_eq!(
+            r.result,
+            Some(serde_json::json!("mine")),
+            "result wins: {r:?}"
+        );
+        let r = ctx.run(Language::Python, "print('p')").await;
+        assert_eq!((r.result.clone(), r.outputs.len()), (None, 0), "{r:?}");
+        let r = ctx.run(Language::Python, "1 / 0").await;
+        assert_eq!((r.status, r.outputs.len()), (Status::Error, 0), "{r:?}");
+
+        let r = ctx
+            .run(Language::Javascript, "const o = {a: [1, 2]};\no")
+            .await;
+        assert_eq!(r.result, Some(serde_json::json!({"a": [1, 2]})), "{r:?}");
+        assert_eq!(text(&r).as_deref(), Some("{ a: [ 1, 2 ] }"));
+        let r = ctx
+            .run(
+                Language::Javascript,
+                "await Promise.resolve(new Map([[1, 2]]))",
+            )
+            .await;
+        assert_eq!(
+            r.result,
+            Some(serde_json::json!("Map(1) { 1 => 2 }")),
+            "{r:?}"
+        );
+        let r = ctx.run(Language::Javascript, "console.log('p')").await;
+        assert_eq!((r.result.clone(), r.outputs.len()), (None, 0), "{r:?}");
+        let r = ctx.run(Language::Bash, "echo hi").await;
+        assert!(r.outputs.is_empty(), "{r:?}");
+    }
+
     /// The spec says what to run; the backend picks the interpreter. A host backend runs the
     /// policy's host interpreter and names a missing one; Docker runs the image's, so a host
     /// without that interpreter still runs sessions there.
@@ -1410,6 +1466,7 @@ matrix!(functional; [linux, linux_no_ns, linux_no_ns_abi4, linux_no_landlock, do
     bash_exit_ends_the_cell_not_the_session,
     recycling_is_reported,
     the_backend_chooses_the_interpreter,
+    the_last_expression_is_the_value,
 );
 
 matrix!(containment; [linux, linux_no_ns, linux_no_ns_abi4, linux_no_landlock, docker];

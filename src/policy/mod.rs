@@ -170,6 +170,17 @@ impl RequiredLayer {
     }
 }
 
+/// The warm pool (`[pool]`): sandboxes started ahead of demand by `serve` and `mcp`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolSettings {
+    /// Sandboxes kept ready per language (0: no pool).
+    pub size: usize,
+    pub languages: Vec<Language>,
+    /// A pooled sandbox older than this is replaced rather than handed out.
+    pub max_idle_s: u64,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PackagesPolicy {
@@ -190,6 +201,7 @@ pub struct Policy {
     pub limits: Limits,
     pub network: NetworkPolicy,
     pub packages: PackagesPolicy,
+    pub pool: PoolSettings,
     pub analyzer: pipeline::AnalyzerSettings,
     pub redaction: pipeline::RedactionConfig,
     pub approval: pipeline::ApprovalSettings,
@@ -489,6 +501,9 @@ pub const ENV_KEYS: &[(&str, &str, &str)] = &[
         "packages",
         "install_timeout_ms",
     ),
+    ("SANDPIT_POOL_SIZE", "pool", "size"),
+    ("SANDPIT_POOL_LANGUAGES", "pool", "languages"),
+    ("SANDPIT_POOL_MAX_IDLE_S", "pool", "max_idle_s"),
     ("SANDPIT_ANALYZER", "analyzer", "mode"),
     ("SANDPIT_REDACT", "redaction", "enabled"),
     ("SANDPIT_REDACT_ENV", "redaction", "env"),

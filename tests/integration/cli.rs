@@ -254,6 +254,23 @@ fn secrets_stay_out_of_output_logs_and_audit() {
     assert_eq!(rec["status"], "ok");
     assert!(!log.contains(secret), "{log}");
     assert!(rec["code"].as_str().unwrap().contains("***"), "{rec}");
+    // A cell's value (result and its text/plain output) is redacted too.
+    let code = format!("'{secret}'");
+    let out = sandpit_env(
+        &["run", "-b", b, "-l", "python", "--json", &code],
+        &[
+            ("SANDPIT_REDACT_ENV", "SANDPIT_TEST_SECRET"),
+            ("SANDPIT_TEST_SECRET", secret),
+            ("SANDPIT_AUDIT", "false"),
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert!(!stdout.contains(secret), "{stdout}");
+    assert!(
+        v["outputs"][0]["data"].as_str().unwrap().contains("***"),
+        "{v}"
+    );
 }
 
 /// A host where namespaces unshare but a fresh /proc cannot be mounted (a container that masks

@@ -144,6 +144,9 @@ pub struct CellResponse {
     pub exception: Option<ExceptionInfo>,
     #[serde(default)]
     pub warnings: Vec<String>,
+    /// Rich outputs (the value of a last expression).
+    #[serde(default)]
+    pub outputs: Vec<crate::types::Output>,
 }
 
 /// How every tool call line starts (the drivers write exactly this).
