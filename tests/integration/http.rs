@@ -935,3 +935,95 @@ fn files_api_uploads_lists_and_downloads() {
     let (st, v) = srv.json("GET", "/v1/sessions/nope/files", "");
     assert_eq!(st, 404, "{v}");
 }
+
+/// Under per-user tokens, an `http` tool's pending call is its user's alone: another user
+/// neither sees it at `GET /v1/tool_calls` nor can answer it.
+#[test]
+fn tool_calls_belong_to_their_user() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    let (ta, tb) = ("alice-token-0123456789", "bob-token-0123456789ab");
+    std::fs::write(&tokens, format!("alice {ta}\nbob {tb}\n")).unwrap();
+    std::fs::set_permissions(&tokens, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let config = dir.path().join("sandpit.toml");
+    std::fs::write(
+        &config,
+        "[[tools]]\nname = \"ask_app\"\nkind = \"http\"\ntimeout_ms = 30000\n",
+    )
+    .unwrap();
+    let s = Server::start_with(
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--tokens",
+            tokens.to_str().unwrap(),
+        ],
+        &[("SANDPIT_POOL_SIZE", "0")],
+    );
+    let addr = s.addr.clone();
+    let call = |token: &str, method: &str, path: &str, body: &str| {
+        let auth = format!("Bearer {token}");
+        let r = request(
+            &addr,
+            method,
+            path,
+            &[
+                ("Content-Type", "application/json"),
+                ("Authorization", &auth),
+            ],
+            body,
+        );
+        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
+        (r.status, v)
+    };
+    let a = addr.clone();
+    let client = std::thread::spawn(move || {
+        let auth = format!("Bearer {ta}");
+        request(
+            &a,
+            "POST",
+            "/v1/execute",
+            &[
+                ("Content-Type", "application/json"),
+                ("Authorization", &auth),
+            ],
+            r#"{"language": "python", "code": "import sandpit_tools\nresult = sandpit_tools.ask_app()"}"#,
+        )
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let id = loop {
+        let (st, v) = call(ta, "GET", "/v1/tool_calls", "");
+        assert_eq!(st, 200, "{v}");
+        if let Some(c) = v["tool_calls"].as_array().and_then(|a| a.first()) {
+            assert_eq!(c["user"], "alice", "{c}");
+            break c["call_id"].as_str().unwrap().to_string();
+        }
+        assert!(Instant::now() < deadline, "alice's call did not appear");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let (st, v) = call(tb, "GET", "/v1/tool_calls", "");
+    assert_eq!(
+        (st, v["tool_calls"].as_array().map(Vec::len)),
+        (200, Some(0)),
+        "{v}"
+    );
+    let (st, _) = call(
+        tb,
+        "POST",
+        &format!("/v1/tool_calls/{id}"),
+        r#"{"result": "bob's"}"#,
+    );
+    assert_eq!(st, 404, "bob cannot answer alice's call");
+    let (st, _) = call(
+        ta,
+        "POST",
+        &format!("/v1/tool_calls/{id}"),
+        r#"{"result": "alice's"}"#,
+    );
+    assert_eq!(st, 200);
+    let body: serde_json::Value = serde_json::from_slice(&client.join().unwrap().body).unwrap();
+    assert_eq!(body["result"], "alice's", "{body}");
+}
