@@ -8,6 +8,8 @@
 //! columns again inside containers (see tests/run-all.sh and README "Inside a container").
 
 mod common;
+#[path = "conformance/tools.rs"]
+mod tools;
 
 use common::{du, exec, exec_timeout, host_process_with, Ctx, DuSampler};
 use sandpit::session::{Session, SessionConfig};
