@@ -19,6 +19,9 @@ pub enum Language {
 impl Language {
     pub const ALL: [Language; 3] = [Language::Python, Language::Javascript, Language::Bash];
 
+    /// The other names [`Language::parse`] accepts (in any case), which input schemas list.
+    pub const ALIASES: [&'static str; 7] = ["py", "python3", "js", "node", "nodejs", "sh", "shell"];
+
     /// The canonical name used in results and on the wire.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -286,10 +286,22 @@ fn mcp_session_over_stdio() {
             "execute_code schema lacks {p}: {exec}"
         );
     }
-    assert_eq!(
-        props["language"]["enum"],
-        json!(["python", "javascript", "bash"])
+    // The enum takes the aliases the server accepts; every tool declares its output.
+    let langs = props["language"]["enum"].as_array().unwrap();
+    for l in ["python", "javascript", "bash", "py", "js", "node", "sh"] {
+        assert!(langs.contains(&json!(l)), "{l} missing: {exec}");
+    }
+    for t in &tools {
+        assert_eq!(t["outputSchema"]["type"], "object", "{t}");
+    }
+    assert!(
+        exec["outputSchema"]["properties"]["stdout"].is_object(),
+        "{exec}"
     );
+    let d = exec["description"].as_str().unwrap();
+    for needle in ["/workspace", "session_id", "no network", "EOFError"] {
+        assert!(d.contains(needle), "{needle:?} not in the description: {d}");
+    }
     assert_eq!(exec["inputSchema"]["required"], json!(["language", "code"]));
     let kill = tools.iter().find(|t| t["name"] == "kill_session").unwrap();
     assert_eq!(kill["inputSchema"]["required"], json!(["session_id"]));
@@ -311,6 +323,10 @@ fn mcp_session_over_stdio() {
     assert_eq!(r["structuredContent"]["session_id"], "s1", "{r}");
     let t = text(&r);
     assert!(t.contains("hello") && t.contains("42"), "{t}");
+    assert!(t.contains("session s1: state persists"), "{t}");
+    // The JSON itself follows as a second text block, as the specification asks.
+    let second: Value = serde_json::from_str(r["content"][1]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(second, r["structuredContent"], "{r}");
 
     // Stderr and a non-zero exit are labelled in the text.
     let r = s.call(
@@ -343,7 +359,10 @@ fn mcp_session_over_stdio() {
         r["structuredContent"]["exception"]["type"], "ZeroDivisionError",
         "{r}"
     );
+    // The model reads the traceback, not only its last line.
     assert!(text(&r).contains("ZeroDivisionError"), "{r}");
+    assert!(text(&r).contains("line 1"), "{r}");
+    assert!(text(&r).contains("one-off run"), "{r}");
 
     // A language mismatch on s1.
     let r = s.call(
@@ -407,6 +426,16 @@ fn mcp_session_over_stdio() {
         ("list_sessions", json!({"x": 1}), "x"),
     ] {
         let r = s.request("tools/call", Some(json!({"name": tool, "arguments": args})));
+        if tool == "execute_code" {
+            // Always an ExecResult, as the output schema says.
+            let sc = &r["result"]["structuredContent"];
+            assert_eq!(sc["status"], "error", "{r}");
+            assert_eq!(sc["error"]["code"], "INVALID_REQUEST", "{r}");
+            assert!(
+                sc["language"].is_string() && sc["backend"].is_string(),
+                "{r}"
+            );
+        }
         if r["error"].is_object() {
             assert_eq!(r["error"]["code"], -32602, "{r}");
         } else {
@@ -693,9 +722,38 @@ async def main():
             assert field(r, "is_error", "isError") is True, r
             sc = field(r, "structured_content", "structuredContent")
             assert sc["exception"]["type"] == "ZeroDivisionError", sc
+            await session.validate_tool_result("execute_code", r)
+            assert "line 1" in r.content[0].text, r.content[0].text
+            # Argument errors are ExecResults too, valid against the declared schema.
+            r = await session.call_tool("execute_code", {"language": "cobol", "code": "1"})
+            assert field(r, "is_error", "isError") is True, r
+            sc = field(r, "structured_content", "structuredContent")
+            assert sc["error"]["code"] == "INVALID_REQUEST", sc
+            await session.validate_tool_result("execute_code", r)
+            # Live output: one progress notification per chunk, all before the result.
+            seen = []
+            async def on_progress(progress, total, message):
+                seen.append(message)
+            r = await session.call_tool("execute_code", {
+                "language": "python", "session_id": "sdk",
+                "code": "import sys, time\nfor i in range(3):\n    print('tick', i, flush=True)\n    time.sleep(0.2)\nprint('oops', file=sys.stderr, flush=True)"},
+                progress_callback=on_progress)
+            assert field(r, "is_error", "isError") is False, r
+            live = "".join(m or "" for m in seen)
+            for needle in ("tick 0", "tick 2", "[stderr] oops"):
+                assert needle in live, (needle, seen)
+            assert len(seen) >= 3, seen
             r = await session.call_tool("list_sessions", {})
             sc = field(r, "structured_content", "structuredContent")
             assert [s["session_id"] for s in sc["sessions"]] == ["sdk"], sc
+            await session.validate_tool_result("list_sessions", r)
+            r = await session.call_tool("kill_session", {"session_id": "nope"})
+            await session.validate_tool_result("kill_session", r)
+            r = await session.call_tool("list_files", {"session_id": "sdk"})
+            await session.validate_tool_result("list_files", r)
+            r = await session.call_tool("read_file", {"session_id": "sdk", "path": "missing.txt"})
+            assert field(r, "is_error", "isError") is True, r
+            await session.validate_tool_result("read_file", r)
             r = await session.call_tool("kill_session", {"session_id": "sdk"})
             assert field(r, "structured_content", "structuredContent") == {"killed": True}, r
     print("SDK-CLIENT-OK")
