@@ -366,6 +366,76 @@ fn http_api_end_to_end() {
     assert_eq!(streamed, "line 0\nline 1\nline 2\n");
     let end = &events.last().unwrap().1;
     assert_eq!(end["result"]["stdout"], "line 0\nline 1\nline 2\n", "{end}");
+    // Every event has an id, 1, 2, 3, ... in order; chunks carry seq over both streams, so a
+    // client can interleave stdout and stderr as they were read.
+    let ids: Vec<u64> = r
+        .text()
+        .lines()
+        .filter_map(|l| l.strip_prefix("id:"))
+        .map(|v| v.trim().parse().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        (1..=events.len() as u64).collect::<Vec<_>>(),
+        "{ids:?}"
+    );
+    let seqs: Vec<u64> = chunks.iter().map(|c| c["seq"].as_u64().unwrap()).collect();
+    assert_eq!(
+        seqs,
+        (1..=chunks.len() as u64).collect::<Vec<_>>(),
+        "{seqs:?}"
+    );
+    let code = "import sys, time\nfor i in range(3):\n    print('out', i, flush=True)\n    time.sleep(0.15)\n    print('err', i, file=sys.stderr, flush=True)\n    time.sleep(0.15)\n";
+    let body = serde_json::json!({"language": "python", "code": code}).to_string();
+    let r = srv.req(
+        "POST",
+        "/v1/execute",
+        &[
+            ("Content-Type", "application/json"),
+            ("Accept", "text/event-stream"),
+        ],
+        &body,
+    );
+    let mut chunks: Vec<serde_json::Value> = sse_events(&r.text())
+        .into_iter()
+        .filter(|(e, _)| e == "output_chunk")
+        .map(|(_, d)| d)
+        .collect();
+    chunks.sort_by_key(|c| c["seq"].as_u64().unwrap());
+    let interleaved: String = chunks
+        .iter()
+        .map(|c| {
+            format!(
+                "{}:{}",
+                c["stream"].as_str().unwrap(),
+                c["data"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(
+        interleaved,
+        "stdout:out 0\nstderr:err 0\nstdout:out 1\nstderr:err 1\nstdout:out 2\nstderr:err 2\n"
+    );
+
+    // Refused by the analyzer: the same ExecResult (status blocked) as on MCP and the CLI,
+    // with 200, and as execution_end when streamed.
+    let blocked = r#"{"language":"python","code":"import os\nos.system('echo ran')"}"#;
+    let (st, v) = srv.json("POST", "/v1/execute", blocked);
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["status"], "blocked", "{v}");
+    assert_eq!(v["error"]["code"], "SECURITY_BLOCKED", "{v}");
+    assert_eq!(v["stdout"], "", "{v}");
+    let r = srv.req(
+        "POST",
+        "/v1/execute",
+        &[("Accept", "text/event-stream")],
+        blocked,
+    );
+    let events = sse_events(&r.text());
+    let (name, data) = events.last().unwrap();
+    assert_eq!(name, "execution_end", "{events:?}");
+    assert_eq!(data["result"]["status"], "blocked", "{data}");
+
     // a streamed request that never ran ends with execution_error
     let r = srv.req(
         "POST",
@@ -523,7 +593,7 @@ fn approvals_are_a_resource_the_operator_answers() {
     };
     for (decision, expect_status) in [
         (r#"{"decision": "approve"}"#, 200),
-        (r#"{"decision": "deny", "reason": "not on a friday"}"#, 403),
+        (r#"{"decision": "deny", "reason": "not on a friday"}"#, 200),
     ] {
         let a = addr.clone();
         let client = std::thread::spawn(move || {
@@ -547,9 +617,11 @@ fn approvals_are_a_resource_the_operator_answers() {
         let r = client.join().unwrap();
         assert_eq!(r.status, expect_status, "{}", r.text());
         let body: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
-        if expect_status == 200 {
+        if decision.contains("approve") {
             assert_eq!(body["result"], 42, "{body}");
         } else {
+            // Denied: the result says blocked, as on MCP.
+            assert_eq!(body["status"], "blocked", "{body}");
             assert_eq!(body["error"]["code"], "POLICY_DENIED", "{body}");
             assert!(body["error"]["message"]
                 .as_str()
