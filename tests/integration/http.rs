@@ -1099,3 +1099,94 @@ fn tool_calls_belong_to_their_user() {
     let body: serde_json::Value = serde_json::from_slice(&client.join().unwrap().body).unwrap();
     assert_eq!(body["result"], "alice's", "{body}");
 }
+
+const SDK_STREAMABLE_HTTP: &str = r#"
+import asyncio, sys
+import httpx2
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+async def session_as(url, token, body):
+    headers = {"Authorization": f"Bearer {token}"}
+    async with httpx2.AsyncClient(headers=headers, timeout=60) as client:
+        async with streamable_http_client(url, http_client=client) as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                return await body(session)
+
+async def main():
+    url = sys.argv[1]
+    async def alice(session):
+        tools = sorted(t.name for t in (await session.list_tools()).tools)
+        assert "execute_code" in tools, tools
+        seen = []
+        async def on_progress(progress, total, message):
+            seen.append(message)
+        r = await session.call_tool("execute_code", {
+            "language": "python", "session_id": "h1",
+            "code": "import time\nfor i in range(2):\n    print('tick', i, flush=True)\n    time.sleep(0.2)\nsecret = 41\nsecret + 1"},
+            progress_callback=on_progress)
+        assert r.is_error is False, r
+        assert r.structured_content["result"] == 42, r.structured_content
+        assert "tick 1" in "".join(m or "" for m in seen), seen
+        await session.validate_tool_result("execute_code", r)
+        s = (await session.call_tool("list_sessions", {})).structured_content
+        return [x["session_id"] for x in s["sessions"]]
+    assert await session_as(url, sys.argv[2], alice) == ["h1"]
+    # Another user's token: the session is not theirs.
+    async def bob(session):
+        s = (await session.call_tool("list_sessions", {})).structured_content
+        r = await session.call_tool("execute_code", {"language": "python", "session_id": "h1", "code": "secret"})
+        return s["sessions"], r.structured_content["error"]["code"]
+    sessions, code = await session_as(url, sys.argv[3], bob)
+    assert sessions == [] and code == "SESSION_FORBIDDEN", (sessions, code)
+    print("STREAMABLE-HTTP-OK")
+
+asyncio.run(main())
+"#;
+
+/// `sandpit serve` also serves MCP over Streamable HTTP at `/mcp`, behind the same bearer token;
+/// under per-user tokens each client's calls act as its own user. Driven by the official Python
+/// SDK's Streamable HTTP client (live output as progress, results validated against the
+/// declared schema); without a token the endpoint is refused like every other route.
+#[test]
+fn mcp_over_streamable_http() {
+    let py = match crate::mcp::python_with_mcp_sdk() {
+        Ok(py) => py,
+        Err(why) => {
+            eprintln!("SKIPPED the MCP Streamable HTTP test: {why}");
+            return;
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    let (ta, tb) = ("alice-token-0123456789", "bob-token-0123456789xx");
+    std::fs::write(&tokens, format!("alice {ta}\nbob {tb}\n")).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&tokens, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let srv = Server::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--tokens",
+        tokens.to_str().unwrap(),
+    ]);
+    let r = srv.req(
+        "POST",
+        "/mcp",
+        &[("Content-Type", "application/json")],
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#,
+    );
+    assert_eq!(r.status, 401, "{}", r.text());
+    let url = format!("http://{}/mcp", srv.addr);
+    let out = Command::new(&py)
+        .args(["-c", SDK_STREAMABLE_HTTP, &url, ta, tb])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the SDK client");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("STREAMABLE-HTTP-OK"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -637,7 +637,7 @@ fn mcp_exits_cleanly_when_stdin_closes_before_initialize() {
 
 /// A python with the official MCP SDK: `SANDPIT_MCP_PYTHON`, `/usr/bin/python3` if it has it,
 /// else a venv under the target directory (created once with `pip install mcp`).
-fn python_with_mcp_sdk() -> Result<PathBuf, String> {
+pub(crate) fn python_with_mcp_sdk() -> Result<PathBuf, String> {
     let has_sdk = |py: &Path| {
         Command::new(py)
             .args(["-c", "import mcp.client.stdio"])

@@ -25,8 +25,49 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{json, Value};
 use std::sync::Arc;
 
-/// The only user of an MCP-over-stdio server.
+/// The only user of an MCP-over-stdio server, and of MCP over HTTP without per-user tokens.
 const MCP_USER: &str = "default";
+
+/// The user an MCP request over HTTP acts as: the HTTP server puts it in the request's
+/// extensions from the bearer token (per-user tokens), before the request reaches
+/// [`streamable_http`]. Without it, calls run as `default`.
+#[derive(Debug, Clone)]
+pub struct McpUser(pub String);
+
+/// The same MCP server over Streamable HTTP, for `sandpit serve` to mount at `/mcp` behind its
+/// own guard (bearer token, Host and Origin checks, body limit): the Host check is the HTTP
+/// server's, so the transport's own is off here. Sessions follow the transport's
+/// `Mcp-Session-Id`; each call acts as the request's [`McpUser`].
+pub fn streamable_http(
+    manager: Arc<SessionManager>,
+) -> rmcp::transport::streamable_http_server::StreamableHttpService<
+    SandpitMcp,
+    rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
+> {
+    use rmcp::transport::streamable_http_server::{
+        session::local::LocalSessionManager, StreamableHttpServerConfig, StreamableHttpService,
+    };
+    let config = StreamableHttpServerConfig::default().with_allowed_hosts(Vec::<String>::new());
+    StreamableHttpService::new(
+        move || {
+            Ok(SandpitMcp {
+                manager: manager.clone(),
+            })
+        },
+        Arc::new(LocalSessionManager::default()),
+        config,
+    )
+}
+
+/// The user of a call: the HTTP request's [`McpUser`], else `default` (stdio).
+fn caller(context: &RequestContext<RoleServer>) -> String {
+    context
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<McpUser>())
+        .map(|u| u.0.clone())
+        .unwrap_or_else(|| MCP_USER.to_string())
+}
 
 /// The arguments `execute_code` accepts (a subset of [`ExecRequest`]'s fields).
 const EXECUTE_ARGS: &[&str] = &[
@@ -70,7 +111,7 @@ pub async fn serve(manager: Arc<SessionManager>) -> crate::Result<()> {
 }
 
 /// The MCP handler: a thin adapter over the shared [`SessionManager`].
-struct SandpitMcp {
+pub struct SandpitMcp {
     manager: Arc<SessionManager>,
 }
 
@@ -103,17 +144,18 @@ impl ServerHandler for SandpitMcp {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let args = request.arguments.unwrap_or_default();
+        let user = caller(&context);
         let result = match request.name.as_ref() {
             "execute_code" => {
                 let cancelled = context.ct.clone().cancelled_owned();
                 let progress = context.meta.get_progress_token();
-                self.execute_code(args, context.peer.clone(), cancelled, progress)
+                self.execute_code(&user, args, context.peer.clone(), cancelled, progress)
                     .await
             }
-            "list_sessions" => self.list_sessions(args).await,
-            "kill_session" => self.kill_session(args).await,
+            "list_sessions" => self.list_sessions(&user, args).await,
+            "kill_session" => self.kill_session(&user, args).await,
             "list_files" | "read_file" | "write_file" => {
-                self.file_tool(request.name.as_ref(), args).await
+                self.file_tool(&user, request.name.as_ref(), args).await
             }
             other => {
                 return Err(McpError::invalid_params(
@@ -252,12 +294,13 @@ impl SandpitMcp {
     /// `message` the text, stderr labelled), all before the result.
     async fn execute_code(
         &self,
+        user: &str,
         args: JsonObject,
         peer: Peer<RoleServer>,
         cancelled: impl std::future::Future<Output = ()> + Send + 'static,
         progress: Option<ProgressToken>,
     ) -> CallToolResult {
-        let req = match exec_request(args.clone()) {
+        let req = match exec_request(args.clone(), user) {
             Ok(req) => req,
             Err(message) => return self.refused(&args, &message),
         };
@@ -314,11 +357,11 @@ impl SandpitMcp {
         exec_result(&r)
     }
 
-    async fn list_sessions(&self, args: JsonObject) -> CallToolResult {
+    async fn list_sessions(&self, user: &str, args: JsonObject) -> CallToolResult {
         if let Err(message) = check_arg_names(&args, &[]) {
             return invalid_arguments("list_sessions", &message);
         }
-        let sessions = self.manager.list(MCP_USER).await;
+        let sessions = self.manager.list(user).await;
         let text = if sessions.is_empty() {
             "no sessions".to_string()
         } else {
@@ -345,7 +388,7 @@ impl SandpitMcp {
         out
     }
 
-    async fn kill_session(&self, args: JsonObject) -> CallToolResult {
+    async fn kill_session(&self, user: &str, args: JsonObject) -> CallToolResult {
         if let Err(message) = check_arg_names(&args, &["session_id"]) {
             return invalid_arguments("kill_session", &message);
         }
@@ -358,7 +401,7 @@ impl SandpitMcp {
                 return invalid_arguments("kill_session", "missing required argument `session_id`")
             }
         };
-        match self.manager.kill(MCP_USER, &id).await {
+        match self.manager.kill(user, &id).await {
             Ok(killed) => {
                 let text = if killed {
                     format!("session {id} killed")
@@ -379,7 +422,7 @@ impl SandpitMcp {
 
 impl SandpitMcp {
     /// `list_files`, `read_file`, `write_file`: the files API on a live session's workspace.
-    async fn file_tool(&self, tool: &str, args: JsonObject) -> CallToolResult {
+    async fn file_tool(&self, user: &str, tool: &str, args: JsonObject) -> CallToolResult {
         let allowed: &[&str] = match tool {
             "list_files" => &["session_id", "dir"],
             "read_file" => &["session_id", "path"],
@@ -409,7 +452,7 @@ impl SandpitMcp {
         match tool {
             "list_files" => {
                 let dir = text_arg("dir", false).unwrap_or_default();
-                match self.manager.list_files(MCP_USER, &id, &dir).await {
+                match self.manager.list_files(user, &id, &dir).await {
                     Ok(files) => {
                         let text = if files.is_empty() {
                             "(empty)".to_string()
@@ -435,7 +478,7 @@ impl SandpitMcp {
                     Ok(p) => p,
                     Err(m) => return invalid_arguments(tool, &m),
                 };
-                match self.manager.read_file(MCP_USER, &id, &path).await {
+                match self.manager.read_file(user, &id, &path).await {
                     Ok(f) => {
                         let text = match f.encoding {
                             crate::types::Encoding::Utf8 => f.content.clone(),
@@ -471,7 +514,7 @@ impl SandpitMcp {
                     content,
                     encoding,
                 };
-                match self.manager.write_file(MCP_USER, &id, spec).await {
+                match self.manager.write_file(user, &id, spec).await {
                     Ok(size) => {
                         let mut out = CallToolResult::success(vec![ContentBlock::text(format!(
                             "wrote {path} ({size} bytes) in session {id}'s workspace"
@@ -487,14 +530,14 @@ impl SandpitMcp {
 }
 
 /// Builds the request from `execute_code`'s arguments, rejecting unknown names.
-fn exec_request(mut args: JsonObject) -> Result<ExecRequest, String> {
+fn exec_request(mut args: JsonObject, user: &str) -> Result<ExecRequest, String> {
     check_arg_names(&args, EXECUTE_ARGS)?;
     for required in ["language", "code"] {
         if !args.contains_key(required) {
             return Err(format!("missing required argument `{required}`"));
         }
     }
-    args.insert("user".to_string(), Value::String(MCP_USER.to_string()));
+    args.insert("user".to_string(), Value::String(user.to_string()));
     serde_json::from_value(Value::Object(args)).map_err(|e| e.to_string())
 }
 
@@ -589,18 +632,25 @@ mod tests {
 
     #[test]
     fn exec_request_rejects_unknown_and_missing_arguments() {
-        let err =
-            exec_request(args(json!({"language": "py", "code": "1", "bogus": 1}))).unwrap_err();
+        let err = exec_request(
+            args(json!({"language": "py", "code": "1", "bogus": 1})),
+            MCP_USER,
+        )
+        .unwrap_err();
         assert!(err.contains("bogus"), "{err}");
-        assert!(exec_request(args(json!({"language": "py"})))
+        assert!(exec_request(args(json!({"language": "py"})), MCP_USER)
             .unwrap_err()
             .contains("`code`"));
-        let err =
-            exec_request(args(json!({"language": "py", "code": "1", "user": "x"}))).unwrap_err();
+        let err = exec_request(
+            args(json!({"language": "py", "code": "1", "user": "x"})),
+            MCP_USER,
+        )
+        .unwrap_err();
         assert!(err.contains("user"));
-        let req = exec_request(args(
-            json!({"language": "js", "code": "1", "session_id": "a"}),
-        ))
+        let req = exec_request(
+            args(json!({"language": "js", "code": "1", "session_id": "a"})),
+            MCP_USER,
+        )
         .unwrap();
         assert_eq!(req.user, "default");
         assert_eq!(req.session_id.as_deref(), Some("a"));
