@@ -896,3 +896,126 @@ fn mcp_cancellation_interrupts_the_cell() {
     );
     s.close_and_wait();
 }
+
+/// A directory with the official MCP TypeScript SDK and ajv (`npm install` into the target
+/// directory once, pinned to the SDK's major version 1), for [`mcp_official_typescript_sdk_client`].
+fn node_with_mcp_sdk() -> Result<PathBuf, String> {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mcp-ts-sdk");
+    let has_sdk = |d: &Path| {
+        d.join("node_modules/@modelcontextprotocol/sdk/package.json")
+            .is_file()
+            && d.join("node_modules/ajv/package.json").is_file()
+    };
+    if has_sdk(&dir) {
+        return Ok(dir);
+    }
+    if !Path::new("/usr/bin/node").exists() {
+        return Err("no /usr/bin/node".into());
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    std::fs::write(
+        dir.join("package.json"),
+        r#"{"name": "sandpit-mcp-ts-sdk-test", "private": true, "type": "module"}"#,
+    )
+    .map_err(|e| e.to_string())?;
+    let ok = Command::new("npm")
+        .args([
+            "install",
+            "--silent",
+            "--no-audit",
+            "--no-fund",
+            "@modelcontextprotocol/sdk@1",
+            "ajv@8",
+        ])
+        .current_dir(&dir)
+        .stdin(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if ok && has_sdk(&dir) {
+        Ok(dir)
+    } else {
+        Err(
+            "`npm install @modelcontextprotocol/sdk ajv` failed (is the npm registry reachable?)"
+                .into(),
+        )
+    }
+}
+
+const TS_SDK_CLIENT: &str = r#"
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import Ajv from "ajv";
+
+const [bin, backend] = process.argv.slice(2);
+const client = new Client({ name: "sandpit-test", version: "1.0.0" });
+await client.connect(new StdioClientTransport({ command: bin, args: ["mcp", "-b", backend] }));
+const { tools } = await client.listTools();
+const ajv = new Ajv({ strict: false, logger: false });
+const validators = Object.fromEntries(tools.map((t) => [t.name, ajv.compile(t.outputSchema)]));
+let checked = 0;
+async function call(name, args, extra) {
+  // The SDK validates structuredContent against outputSchema itself when isError is false;
+  // errors are checked here with the same schema.
+  const r = await client.callTool({ name, arguments: args }, undefined, extra);
+  if (!validators[name](r.structuredContent)) {
+    throw new Error(`${name} ${JSON.stringify(args)}: ${ajv.errorsText(validators[name].errors)}\n${JSON.stringify(r.structuredContent)}`);
+  }
+  checked++;
+  return r;
+}
+let r = await call("execute_code", { language: "python", session_id: "ts", code: "x = 6 * 7\nx" });
+if (r.structuredContent.result !== 42 || r.isError) throw new Error(JSON.stringify(r));
+r = await call("execute_code", { language: "js", session_id: "ts2", code: "throw new TypeError('bad')" });
+if (!r.isError || r.structuredContent.exception.type !== "TypeError") throw new Error(JSON.stringify(r));
+r = await call("execute_code", { language: "bash", code: "echo out; echo err >&2; exit 4" });
+if (r.structuredContent.exit_code !== 4 || !r.content[0].text.includes("stderr:\nerr")) throw new Error(JSON.stringify(r));
+r = await call("execute_code", { language: "cobol", code: "1" });
+if (r.structuredContent.error.code !== "INVALID_REQUEST") throw new Error(JSON.stringify(r));
+r = await call("execute_code", { language: "python", code: "import os\nos.system('true')" });
+if (r.structuredContent.status !== "blocked") throw new Error(JSON.stringify(r));
+r = await call("execute_code", { language: "python", session_id: "ts", code: "open('o.txt', 'w').write('hi')", output_files: ["o.txt"] });
+if (!r.content[0].text.includes("file o.txt (2 bytes):\nhi")) throw new Error(r.content[0].text);
+const live = [];
+r = await call("execute_code", { language: "python", session_id: "ts", code: "import time\nfor i in range(2):\n    print('tick', i, flush=True)\n    time.sleep(0.2)" },
+  { onprogress: (p) => live.push(p.message) });
+if (!live.join("").includes("tick 1")) throw new Error(JSON.stringify(live));
+await call("list_sessions", {});
+await call("list_files", { session_id: "ts" });
+await call("read_file", { session_id: "ts", path: "o.txt" });
+await call("read_file", { session_id: "ts", path: "missing" });
+await call("write_file", { session_id: "ts", path: "w.txt", content: "w" });
+await call("kill_session", { session_id: "ts" });
+await call("kill_session", {});
+await client.close();
+console.log(`TS-SDK-OK ${checked}`);
+"#;
+
+/// The official MCP TypeScript SDK as the client: every result, errors included, validates with
+/// ajv against the tool's declared `outputSchema`; live output arrives through `onprogress`.
+#[test]
+fn mcp_official_typescript_sdk_client() {
+    let dir = match node_with_mcp_sdk() {
+        Ok(dir) => dir,
+        Err(why) => {
+            // Like the Python SDK: an optional, external dependency.
+            eprintln!("SKIPPED the TypeScript MCP SDK client test: {why}");
+            return;
+        }
+    };
+    let script = dir.join("client.mjs");
+    std::fs::write(&script, TS_SDK_CLIENT).unwrap();
+    let out = Command::new("/usr/bin/node")
+        .arg(&script)
+        .args([bin(), backend()])
+        .current_dir(&dir)
+        .env_remove("SANDPIT_HELPER")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the TypeScript SDK client");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("TS-SDK-OK 14"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
