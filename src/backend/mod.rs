@@ -15,6 +15,8 @@ pub mod disk;
 pub mod docker;
 #[cfg(target_os = "linux")]
 pub mod linux;
+#[cfg(unix)]
+pub mod macos;
 pub mod pty_spawn;
 #[cfg(unix)]
 pub mod session_dirs;
@@ -331,10 +333,7 @@ fn availability(kind: BackendKind, policy: &Policy, helper: &std::path::Path) ->
         #[cfg(not(target_os = "linux"))]
         BackendKind::Linux => unavailable(kind, "the native Linux backend needs Linux"),
         BackendKind::Docker => docker::availability(),
-        BackendKind::Macos => unavailable(
-            kind,
-            "needs macOS (sandbox-exec); not built yet in this version",
-        ),
+        BackendKind::Macos => macos::availability(policy, helper),
         BackendKind::Wasi => unavailable(
             kind,
             "not built yet in this version of sandpit (wasmtime fallback)",
@@ -394,6 +393,10 @@ pub async fn select(
                 helper.to_path_buf(),
             )),
             BackendKind::Docker => std::sync::Arc::new(docker::DockerBackend::connect().await?),
+            BackendKind::Macos => std::sync::Arc::new(macos::MacosBackend::new(
+                policy.clone(),
+                helper.to_path_buf(),
+            )),
             BackendKind::Unsandboxed => std::sync::Arc::new(unsandboxed::UnsandboxedBackend::new(
                 policy.interpreters.clone(),
             )),
