@@ -12,14 +12,17 @@ use std::time::Duration;
 
 /// Backends that CI must be able to run (a skip of one of these under CI=true fails).
 /// Docker is required where CI runs as root (tests/run-all.sh starts the engine and builds the
-/// image); an unprivileged run cannot use the engine, and says so.
+/// image); an unprivileged run cannot use the engine, and says so. The native backend is the
+/// host's own: the Linux columns on Linux, `macos` on a Mac (tests/macos-smoke.sh); elsewhere
+/// each skips with the reason ("needs macOS", "needs Linux").
 pub fn required_in_ci(backend: &str) -> bool {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
-    matches!(
-        backend,
-        "linux" | "linux_no_ns" | "linux_no_ns_abi4" | "unsandboxed"
-    ) || (backend == "docker" && root)
+    let linux = cfg!(target_os = "linux");
+    (matches!(backend, "linux" | "linux_no_ns" | "linux_no_ns_abi4") && linux)
+        || (backend == "macos" && cfg!(target_os = "macos"))
+        || backend == "unsandboxed"
+        || (backend == "docker" && root && linux)
 }
 
 pub struct Ctx {
@@ -274,9 +277,16 @@ impl DuSampler {
     }
 }
 
-/// Whether any process on the host has `needle` in its command line.
+/// Whether any process on the host has `needle` in its command line (`/proc`, else `ps`).
 pub fn host_process_with(needle: &str) -> bool {
-    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        let out = std::process::Command::new("ps")
+            .args(["-axww", "-o", "command="])
+            .output()
+            .expect("run ps");
+        return String::from_utf8_lossy(&out.stdout).contains(needle);
+    };
+    procs.flatten().any(|e| {
         e.file_name().to_string_lossy().parse::<u32>().is_ok()
             && std::fs::read(e.path().join("cmdline"))
                 .map(|c| {

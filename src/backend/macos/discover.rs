@@ -5,8 +5,10 @@
 //! Where each language is looked for, in order:
 //!
 //! - the configured path (`[interpreters]`, `SANDPIT_PYTHON` ...) when it is not the built-in
-//!   default (the defaults name Linux paths; on a Mac `/usr/bin/python3` is Apple's `xcrun`
-//!   shim, which may open an installer dialog, and `/bin/bash` is bash 3.2);
+//!   default, and then only it (a configured interpreter that is missing is an error naming
+//!   the setting, never a silent substitute); the defaults name Linux paths, and on a Mac
+//!   `/usr/bin/python3` is Apple's `xcrun` shim, which may open an installer dialog, and
+//!   `/bin/bash` is bash 3.2;
 //! - python: Homebrew (`/opt/homebrew/bin/python3`, `/usr/local/bin/python3`), python.org
 //!   (`/Library/Frameworks/Python.framework/Versions/Current/bin/python3`), then the Python
 //!   of Apple's developer tools that `/usr/bin/python3` would start (the Command Line Tools,
@@ -67,6 +69,7 @@ fn candidates(
     let mut c: Vec<(PathBuf, &'static str)> = Vec::new();
     if configured != default {
         c.push((configured.to_path_buf(), "configured"));
+        return c;
     }
     let homebrew = |name: &str| {
         HOMEBREW
@@ -132,6 +135,18 @@ pub fn find(
             source,
             roots,
         });
+    }
+    if configured != default {
+        let var = match language {
+            Language::Python => "SANDPIT_PYTHON",
+            Language::Javascript => "SANDPIT_NODE",
+            Language::Bash => "SANDPIT_BASH",
+        };
+        return Err(format!(
+            "the configured {language} interpreter {} is not usable here{} (set it in sandpit.toml [interpreters] or {var})",
+            configured.display(),
+            if passed.is_empty() { "" } else { ": a script, not the interpreter" }
+        ));
     }
     let hint = match language {
         Language::Python => "install Python (brew install python, or python.org) or set SANDPIT_PYTHON",
