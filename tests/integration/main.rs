@@ -7,7 +7,8 @@
 //! - `manager`: owners, limits, queue, expiry;
 //! - `pipeline`: analyzer, redaction, approval and audit on every backend;
 //! - `mcp`: JSON-RPC over stdio, elicitation approval, the official Python SDK;
-//! - `http`: routes, SSE, tokens, approvals, disconnects.
+//! - `http`: routes, SSE, tokens, approvals, disconnects;
+//! - `macos_init`: the macOS backend's init stage, run here without a sandbox.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "../common/mod.rs"]
@@ -15,6 +16,7 @@ mod common;
 
 mod cli;
 mod http;
+mod macos_init;
 mod manager;
 mod mcp;
 mod pipeline;
