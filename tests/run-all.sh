@@ -54,6 +54,34 @@ cargo test --quiet --lib --bins
 say "the crate's dependency order: no import circles, no upward imports (tests/layers.py)"
 /usr/bin/python3 tests/layers.py
 
+# --- macOS (issue 11): a linked Mach-O binary for Apple silicon on every run ---------------
+# The macOS backend is checked here as far as Linux can: the profile's goldens, its quoting
+# and parameter tests and the open_beneath walk (unit tests, run again below by name), and a
+# release build for aarch64-apple-darwin linked by Zig (PyPI: ziglang, cargo-zigbuild), so a
+# change that breaks macOS fails CI. Enforcement is checked only on a Mac (tests/macos-smoke.sh).
+say "macOS: the profile's tests, and a release build for aarch64-apple-darwin (cargo-zigbuild)"
+cargo test --quiet --lib -- backend::macos util::beneath
+macos_ready=true
+rustup target list --installed 2>/dev/null | grep -qx aarch64-apple-darwin \
+  || rustup target add aarch64-apple-darwin >/dev/null 2>&1 || macos_ready=false
+if ! { command -v cargo-zigbuild >/dev/null && python3 -m ziglang version >/dev/null 2>&1; }; then
+  python3 -m pip install --quiet --disable-pip-version-check ziglang cargo-zigbuild >/dev/null 2>&1 \
+    || macos_ready=false
+  hash -r
+  command -v cargo-zigbuild >/dev/null || macos_ready=false
+fi
+if [ "$macos_ready" = true ]; then
+  MACOSX_DEPLOYMENT_TARGET=11.0 cargo zigbuild --quiet -j 2 --release --target aarch64-apple-darwin
+  # A 64-bit Mach-O (cf fa ed fe) for arm64 (0c 00 00 01).
+  magic=$(od -An -tx1 -N8 target/aarch64-apple-darwin/release/sandpit | tr -d ' \n')
+  [ "$magic" = cffaedfe0c000001 ] || { echo "not an arm64 Mach-O: $magic" >&2; exit 1; }
+elif [ "${CI:-}" = true ]; then
+  echo "CI=true and the macOS toolchain (rustup target aarch64-apple-darwin, pip ziglang cargo-zigbuild) could not be installed" >&2
+  exit 1
+else
+  echo "SKIPPED: the macOS build (could not install the aarch64-apple-darwin target or ziglang/cargo-zigbuild)"
+fi
+
 # --- The Docker engine and the sandbox image (root only: dockerd needs it); the integration
 # tests below run on the Docker backend too -------------------------------------------------
 if is_root; then
