@@ -64,14 +64,20 @@ cargo test --quiet --lib -- backend::macos util::beneath
 macos_ready=true
 rustup target list --installed 2>/dev/null | grep -qx aarch64-apple-darwin \
   || rustup target add aarch64-apple-darwin >/dev/null 2>&1 || macos_ready=false
-if ! { command -v cargo-zigbuild >/dev/null && python3 -m ziglang version >/dev/null 2>&1; }; then
-  python3 -m pip install --quiet --disable-pip-version-check ziglang cargo-zigbuild >/dev/null 2>&1 \
-    || macos_ready=false
-  hash -r
-  command -v cargo-zigbuild >/dev/null || macos_ready=false
+# cargo-zigbuild from PyPI lands in that Python's scripts directory (not always on PATH, e.g.
+# under pyenv until a rehash); it runs Zig as `zig` or as `python3 -m ziglang`.
+macos_path="$PATH:$(python3 -c 'import site, sysconfig; print(sysconfig.get_path("scripts") + ":" + site.getuserbase() + "/bin")' 2>/dev/null || true)"
+macos_tools() {
+  PATH="$macos_path" command -v cargo-zigbuild >/dev/null \
+    && { command -v zig >/dev/null || python3 -m ziglang version >/dev/null 2>&1; }
+}
+if [ "$macos_ready" = true ] && ! macos_tools; then
+  python3 -m pip install --quiet --disable-pip-version-check ziglang cargo-zigbuild >/dev/null 2>&1 || true
+  macos_tools || macos_ready=false
 fi
 if [ "$macos_ready" = true ]; then
-  MACOSX_DEPLOYMENT_TARGET=11.0 cargo zigbuild --quiet -j 2 --release --target aarch64-apple-darwin
+  PATH="$macos_path" MACOSX_DEPLOYMENT_TARGET=11.0 \
+    cargo zigbuild --quiet -j 2 --release --target aarch64-apple-darwin
   # A 64-bit Mach-O (cf fa ed fe) for arm64 (0c 00 00 01).
   magic=$(od -An -tx1 -N8 target/aarch64-apple-darwin/release/sandpit | tr -d ' \n')
   [ "$magic" = cffaedfe0c000001 ] || { echo "not an arm64 Mach-O: $magic" >&2; exit 1; }

@@ -123,8 +123,8 @@ mod imp {
     }
 }
 
-/// Whether our child `pid` has exited, leaving it to be reaped by whoever waits for it
-/// (`waitid` with `WNOWAIT`).
+/// Whether our child `pid` has exited (or is gone: reaped already, or not our child), leaving
+/// it to be reaped by whoever waits for it (`waitid` with `WNOWAIT`).
 pub fn has_exited(pid: i32) -> bool {
     // SAFETY: siginfo_t is a plain C struct; zeroed is a valid value.
     let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
@@ -137,8 +137,11 @@ pub fn has_exited(pid: i32) -> bool {
             libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
         )
     };
+    if r != 0 {
+        return std::io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD);
+    }
     // SAFETY: waitid succeeded, so `info` was written; si_pid is 0 when nothing has exited.
-    r == 0 && unsafe { info.si_pid() } == pid
+    unsafe { info.si_pid() == pid }
 }
 
 /// The memory of every process in group `pgid`, and how many there are.
@@ -151,6 +154,26 @@ pub fn group_footprint(pgid: i32) -> (u64, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_exited_child_is_seen_and_left_to_its_waiter() {
+        let mut child = std::process::Command::new("/bin/sh")
+            .args(["-c", "exit 7"])
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let t = std::time::Instant::now();
+        while !has_exited(pid) {
+            assert!(t.elapsed() < std::time::Duration::from_secs(10));
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(child.wait().unwrap().code(), Some(7), "still waitable");
+        assert!(has_exited(pid), "reaped: gone");
+        let mut running = std::process::Command::new("sleep").arg("10").spawn().unwrap();
+        assert!(!has_exited(running.id() as i32));
+        running.kill().unwrap();
+        running.wait().unwrap();
+    }
 
     #[test]
     fn this_process_is_counted() {

@@ -25,6 +25,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The session channels: everything above is closed.
 const KEEP_FDS: i32 = 5;
+/// Where closing by number stops when `/dev/fd` cannot be listed (sandpit's own descriptors
+/// are far below: a few per live session).
+const FALLBACK_MAX_FD: i32 = 4096;
 
 /// Set once, before the handlers are installed: the sweep may run.
 static CONFINED: AtomicBool = AtomicBool::new(false);
@@ -78,7 +81,8 @@ pub fn main(args: impl Iterator<Item = String>) -> ! {
 }
 
 /// Closes every descriptor above the session channels (listed in `/dev/fd`, which is the
-/// process's own table on macOS and on Linux).
+/// process's own table on macOS and on Linux; if it cannot be listed, every number up to
+/// [`FALLBACK_MAX_FD`]).
 fn close_inherited() {
     let fds: Vec<i32> = match std::fs::read_dir("/dev/fd") {
         Ok(entries) => entries
@@ -86,7 +90,7 @@ fn close_inherited() {
             .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
             .filter(|fd| *fd >= KEEP_FDS)
             .collect(),
-        Err(_) => return,
+        Err(_) => (KEEP_FDS..=FALLBACK_MAX_FD).collect(),
     };
     for fd in fds {
         // SAFETY: closing a descriptor number this process does not use any more (the list's
@@ -123,14 +127,14 @@ fn install_handlers() -> std::io::Result<()> {
 mod sweep {
     use std::sync::atomic::Ordering;
 
-    /// Inside the profile, a directory of other users' homes cannot be listed (EPERM);
-    /// outside any sandbox it can. Only then may the sweep run: `kill(-1)` unconfined would
-    /// reach every process of the user's.
+    /// Inside the profile, the directory of the users' homes cannot be listed (EPERM);
+    /// outside any sandbox it can (it is world-readable). Only then may the sweep run:
+    /// `kill(-1)` unconfined would reach every process of the user's.
     pub fn confined() -> bool {
-        std::fs::read_dir("/Users")
-            .err()
-            .and_then(|e| e.raw_os_error())
-            == Some(libc::EPERM)
+        matches!(
+            std::fs::read_dir("/Users").err().and_then(|e| e.raw_os_error()),
+            Some(libc::EPERM | libc::EACCES)
+        )
     }
 
     /// SIGKILL to every process this sandbox may signal: its own (the profile allows signals

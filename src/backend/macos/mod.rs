@@ -445,10 +445,15 @@ pub fn availability(policy: &Policy, helper: &Path) -> Availability {
         ),
     ];
     facts.extend(interpreter_facts(policy));
+    // There is no unprivileged uid to drop to here (as the Linux backend does): as root the
+    // sandbox would run as root, one Seatbelt escape from owning the machine.
+    let root = crate::util::euid() == 0;
     Availability {
         backend: BackendKind::Macos,
-        available: exec_ok,
-        detail: if exec_ok {
+        available: exec_ok && !root,
+        detail: if root {
+            "refused as root: the sandbox would run as root (no uid to drop to on macOS); run sandpit as your own user".into()
+        } else if exec_ok {
             "sandbox-exec with a deny-default Seatbelt profile (macos/sandbox.sb)".into()
         } else {
             format!("{SANDBOX_EXEC} is missing: cannot confine anything")
