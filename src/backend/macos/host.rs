@@ -169,7 +169,10 @@ mod tests {
         }
         assert_eq!(child.wait().unwrap().code(), Some(7), "still waitable");
         assert!(has_exited(pid), "reaped: gone");
-        let mut running = std::process::Command::new("sleep").arg("10").spawn().unwrap();
+        let mut running = std::process::Command::new("sleep")
+            .arg("10")
+            .spawn()
+            .unwrap();
         assert!(!has_exited(running.id() as i32));
         running.kill().unwrap();
         running.wait().unwrap();

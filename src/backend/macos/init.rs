@@ -132,7 +132,9 @@ mod sweep {
     /// `kill(-1)` unconfined would reach every process of the user's.
     pub fn confined() -> bool {
         matches!(
-            std::fs::read_dir("/Users").err().and_then(|e| e.raw_os_error()),
+            std::fs::read_dir("/Users")
+                .err()
+                .and_then(|e| e.raw_os_error()),
             Some(libc::EPERM | libc::EACCES)
         )
     }
