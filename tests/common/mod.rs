@@ -14,7 +14,7 @@ use std::time::Duration;
 /// Docker is required where CI runs as root (tests/run-all.sh starts the engine and builds the
 /// image); an unprivileged run cannot use the engine, and says so. The native backend is the
 /// host's own: the Linux columns on Linux, `macos` on a Mac (tests/macos-smoke.sh); elsewhere
-/// each skips with the reason ("needs macOS", "needs Linux").
+/// each skips with the reason ("needs macOS"; the Linux backend's columns say why Linux is needed).
 pub fn required_in_ci(backend: &str) -> bool {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;

@@ -157,6 +157,9 @@ impl MacosBackend {
             path_dirs,
             tty,
             nproc_base: host::user_processes(crate::util::euid()),
+            nproc_hard: rlimit::Resource::NPROC
+                .get_hard()
+                .map_err(|e| Error::io("read RLIMIT_NPROC", e))?,
         };
         let plan = profile::build(spec, &resolved, &facts);
         // No filesystem caps the disk here: every directory is measured (session::disk).
@@ -468,7 +471,7 @@ pub fn availability(_policy: &Policy, _helper: &Path) -> Availability {
     Availability {
         backend: BackendKind::Macos,
         available: false,
-        detail: "needs macOS (sandbox-exec and Seatbelt exist only there); this build renders and tests its profile, see README \"macOS\"".into(),
+        detail: "needs macOS (sandbox-exec and Seatbelt exist only there); this build renders and tests its profile: see README \"Security model: the macOS backend\"".into(),
         facts: vec![],
     }
 }

@@ -62,8 +62,11 @@ pub struct HostFacts {
     /// The session's terminal device (`/dev/ttysNNN`).
     pub tty: PathBuf,
     /// Processes of the user's that `RLIMIT_NPROC` already counts (it counts per user, and
-    /// the sandbox runs as the user): the limit is these plus `limits.pids`.
+    /// the sandbox runs as the user): the limit is these plus `limits.pids` ...
     pub nproc_base: u64,
+    /// ... but no more than the current hard limit (the kernel's per-user maximum), which an
+    /// unprivileged process cannot raise.
+    pub nproc_hard: u64,
 }
 
 /// The host paths of a session's directories (resolved).
@@ -208,7 +211,7 @@ pub fn build(spec: &LaunchSpec, dirs: &SessionDirs, host: &HostFacts) -> MacosPl
         env,
         cwd: dirs.workspace.clone(),
         rlimits: vec![
-            Rlimit::Processes(limits.pids + host.nproc_base),
+            Rlimit::Processes((limits.pids + host.nproc_base).min(host.nproc_hard)),
             Rlimit::FileSize(limits.file_size_mb * mb),
             Rlimit::OpenFiles(limits.open_files),
             Rlimit::Core(0),
@@ -262,6 +265,7 @@ mod tests {
             path_dirs: vec!["/opt/homebrew/bin".into()],
             tty: "/dev/ttys004".into(),
             nproc_base: 400,
+            nproc_hard: 2666,
         }
     }
 
@@ -348,6 +352,13 @@ mod tests {
         s.sandbox.limits.pids = 32;
         let plan = build(&s, &dirs(), &host(Language::Javascript));
         assert!(plan.rlimits.contains(&Rlimit::Processes(432)), "own + pids");
+        let mut busy = host(Language::Javascript);
+        busy.nproc_base = 2660;
+        let plan = build(&s, &dirs(), &busy);
+        assert!(
+            plan.rlimits.contains(&Rlimit::Processes(2666)),
+            "never above the hard limit, which setrlimit would refuse"
+        );
         assert!(plan.rlimits.contains(&Rlimit::Core(0)));
         assert_eq!(plan.memory_limit_bytes, 256 << 20);
         assert!(plan
