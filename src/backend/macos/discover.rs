@@ -35,6 +35,8 @@ pub trait Probe {
     fn resolve(&self, p: &Path) -> Option<PathBuf>;
     /// The process's `PATH`.
     fn path_var(&self) -> Option<OsString>;
+    /// The user's home directory.
+    fn home(&self) -> Option<PathBuf>;
 }
 
 /// A usable interpreter.
@@ -123,8 +125,9 @@ pub fn find(
         let Some(real) = probe.resolve(&path) else {
             continue;
         };
-        let mut roots = install_roots(&real);
-        for r in install_roots(&path) {
+        let home = probe.home();
+        let mut roots = install_roots(&real, home.as_deref());
+        for r in install_roots(&path, home.as_deref()) {
             if !roots.contains(&r) {
                 roots.push(r);
             }
@@ -163,8 +166,10 @@ pub fn find(
     })
 }
 
-/// The install tree an interpreter at `p` reads from.
-pub fn install_roots(p: &Path) -> Vec<PathBuf> {
+/// The install tree an interpreter at `p` reads from. Never a home directory (`home`, any
+/// `/Users/NAME`, root's), an ancestor of one, or a top-level directory: an interpreter in
+/// `~/bin` gets `~/bin`, one directly in a home only its own file.
+pub fn install_roots(p: &Path, home: Option<&Path>) -> Vec<PathBuf> {
     let s = p.to_string_lossy();
     for prefix in HOMEBREW {
         // /usr/local is beneath /usr, which the base profile reads already.
@@ -181,7 +186,10 @@ pub fn install_roots(p: &Path) -> Vec<PathBuf> {
         "/Python3.framework/",
     ] {
         if let Some(at) = s.find(marker) {
-            return vec![PathBuf::from(&s[..at + marker.len() - 1])];
+            let root = PathBuf::from(&s[..at + marker.len() - 1]);
+            if !too_broad(&root, home) {
+                return vec![root];
+            }
         }
     }
     if p.starts_with("/usr") || p.starts_with("/bin") || p.starts_with("/sbin") {
@@ -193,10 +201,24 @@ pub fn install_roots(p: &Path) -> Vec<PathBuf> {
     } else {
         dir
     };
-    if tree == Path::new("/") {
-        return vec![];
-    }
-    vec![tree.to_path_buf()]
+    let root = [tree, dir, p]
+        .into_iter()
+        .find(|r| !too_broad(r, home))
+        .unwrap_or(p);
+    vec![root.to_path_buf()]
+}
+
+/// A directory too broad to hand a sandbox for reading: `/` or a top-level directory, a home
+/// directory, or an ancestor of the user's home.
+fn too_broad(p: &Path, home: Option<&Path>) -> bool {
+    let depth = p
+        .components()
+        .filter(|c| matches!(c, std::path::Component::Normal(_)))
+        .count();
+    let a_home = (p.starts_with("/Users") && depth <= 2)
+        || p == Path::new("/var/root")
+        || p == Path::new("/private/var/root");
+    depth < 2 || a_home || home.is_some_and(|h| h.starts_with(p))
 }
 
 /// The real filesystem.
@@ -222,6 +244,10 @@ impl Probe for HostProbe {
 
     fn path_var(&self) -> Option<OsString> {
         std::env::var_os("PATH")
+    }
+
+    fn home(&self) -> Option<PathBuf> {
+        dirs::home_dir()
     }
 }
 
@@ -262,6 +288,9 @@ mod tests {
         }
         fn path_var(&self) -> Option<OsString> {
             Some(self.path.into())
+        }
+        fn home(&self) -> Option<PathBuf> {
+            Some("/Users/me".into())
         }
     }
 
@@ -356,6 +385,47 @@ mod tests {
         assert_eq!(
             node.roots,
             [PathBuf::from("/Users/me/.nvm/versions/node/v20.11.0")]
+        );
+    }
+
+    #[test]
+    fn a_home_directory_is_never_a_root() {
+        let home = Some(Path::new("/Users/me"));
+        // ~/bin/node: the tree above bin would be the home itself.
+        assert_eq!(
+            install_roots(Path::new("/Users/me/bin/node"), home),
+            [PathBuf::from("/Users/me/bin")]
+        );
+        // An interpreter directly in a home: only its own file.
+        assert_eq!(
+            install_roots(Path::new("/Users/me/python3"), home),
+            [PathBuf::from("/Users/me/python3")]
+        );
+        // Another user's home, the top level, and an ancestor of the home are refused too.
+        assert_eq!(
+            install_roots(Path::new("/Users/other/bin/node"), home),
+            [PathBuf::from("/Users/other/bin")]
+        );
+        assert_eq!(
+            install_roots(Path::new("/opt/bin/node"), home),
+            [PathBuf::from("/opt/bin")]
+        );
+        assert_eq!(
+            install_roots(
+                Path::new("/srv/me/home/bin/node"),
+                Some(Path::new("/srv/me/home"))
+            ),
+            [PathBuf::from("/srv/me/home/bin")]
+        );
+        // A deep tree is fine.
+        assert_eq!(
+            install_roots(
+                Path::new("/Users/me/.local/share/fnm/node-versions/v22/installation/bin/node"),
+                home
+            ),
+            [PathBuf::from(
+                "/Users/me/.local/share/fnm/node-versions/v22/installation"
+            )]
         );
     }
 
