@@ -1,11 +1,12 @@
 //! The memory limit on macOS: a watcher thread per sandbox sums the physical footprint of the
 //! sandbox's process group every [`PERIOD`] and ends the sandbox beyond `limits.memory_mb`.
 //!
-//! Why not an rlimit: macOS keeps the dyld shared cache in every process's address space, so an
-//! address-space limit an interpreter could run under would not bound anything, and
-//! `RLIMIT_DATA` is not enforced on `mmap`. What the watcher cannot see: a process that left
-//! the process group (`setsid`); and a fast allocator may get past the limit by what it
-//! allocates in one period before it is killed.
+//! Why not an rlimit: every macOS process has the dyld shared cache (gigabytes) in its address
+//! space, so an address-space limit does not describe what an interpreter uses, and
+//! `RLIMIT_DATA` does not bound what `malloc` maps. The watcher measures what is used (the
+//! footprint Activity Monitor shows). What it cannot see: a process that left the process
+//! group (`setsid`); and a fast allocator may get past the limit by what it allocates in one
+//! period before it is killed.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
