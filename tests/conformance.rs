@@ -1259,6 +1259,63 @@ result = out"#
         b.kill().await;
     }
 
+    /// One session cannot signal another's processes, and ending a session ends only its own
+    /// (on macOS the init stage's kill(-1) must reach its own sandbox alone). Oracle: the
+    /// other session's process, by its host pid.
+    pub async fn sessions_cannot_signal_each_other(ctx: Ctx) {
+        // A name of this run's own: the columns run at once.
+        let hex = sandpit::util::random_hex(4).unwrap();
+        let marker = format!(
+            "sleep 3{}",
+            u32::from_str_radix(&hex, 16).unwrap() % 1_000_000
+        );
+        let mut a = ctx.session(Language::Bash).await;
+        let mut b = ctx.session(Language::Bash).await;
+        let r = exec(&mut a, &format!("{marker} >/dev/null 2>&1 & echo started")).await;
+        assert_eq!(r.stdout, "started\n", "{r:?}");
+        let mut pids = Vec::new();
+        for _ in 0..50 {
+            pids = common::host_pids_with(&marker);
+            if !pids.is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        if pids.is_empty() && ctx.kind() == sandpit::backend::BackendKind::Docker {
+            // The engine's containers live in the host's PID namespace, outside the throwaway
+            // one the suite runs in as root: no host pid to aim at from here.
+            eprintln!("SKIPPED: the container's processes are not visible from this PID namespace");
+            a.kill().await;
+            b.kill().await;
+            return;
+        }
+        assert_eq!(pids.len(), 1, "session A's {marker}: {pids:?}");
+        let pid = pids[0];
+        let r = exec(
+            &mut b,
+            &format!(
+                "kill -KILL {pid} 2>&1; kill -TERM {pid} 2>&1; kill -KILL -- -{pid} 2>&1; true"
+            ),
+        )
+        .await;
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(
+            common::host_process_with(&marker),
+            "session B killed session A's process: {r:?}"
+        );
+        // Ending B (its sandbox swept) leaves A alone.
+        b.kill().await;
+        drop(b);
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(
+            common::host_process_with(&marker),
+            "ending session B ended session A's process"
+        );
+        let r = exec(&mut a, "echo alive").await;
+        assert_eq!(r.stdout, "alive\n", "{r:?}");
+        a.kill().await;
+    }
+
     /// The disk cap (limits.disk_mb, limits.disk_inodes). Host oracle: what the session's
     /// workspace holds on the host, measured while the cells run and after. As root, in a
     /// workspace sandpit made, a tmpfs caps it (ENOSPC inside); unprivileged, in a caller's
@@ -1432,6 +1489,7 @@ matrix!(containment; [linux, linux_no_ns, linux_no_ns_abi4, docker];
     memory_bomb_is_bounded,
     daemons_die_with_the_session,
     sessions_cannot_see_each_other,
+    sessions_cannot_signal_each_other,
     terminal_escapes_do_not_break_the_protocol,
     disk_is_capped,
 );
@@ -1454,6 +1512,7 @@ mod on_macos {
         memory_bomb_is_bounded,
         daemons_die_with_the_session,
         sessions_cannot_see_each_other,
+        sessions_cannot_signal_each_other,
         terminal_escapes_do_not_break_the_protocol,
         disk_is_capped,
     );

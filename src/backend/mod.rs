@@ -453,6 +453,35 @@ mod tests {
     }
 
     #[test]
+    fn auto_picks_the_native_backend_of_the_os_after_docker() {
+        let report = |available: &[BackendKind]| -> Vec<Availability> {
+            BackendKind::ALL
+                .iter()
+                .map(|k| Availability {
+                    backend: *k,
+                    available: available.contains(k),
+                    detail: format!("{} detail", k.as_str()),
+                    facts: vec![],
+                })
+                .collect()
+        };
+        use BackendKind::*;
+        // A Mac without Docker: macOS. With Docker (engine and image): Docker.
+        assert_eq!(auto_pick(&report(&[Macos, Unsandboxed])), Ok(Macos));
+        assert_eq!(
+            auto_pick(&report(&[Docker, Macos, Unsandboxed])),
+            Ok(Docker)
+        );
+        assert_eq!(auto_pick(&report(&[Linux, Unsandboxed])), Ok(Linux));
+        // Never the unsandboxed one; the reasons say why each was passed over.
+        let e = auto_pick(&report(&[Unsandboxed])).unwrap_err();
+        assert!(
+            e.contains("macos: macos detail") && e.contains("linux: linux detail"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn argv_is_the_interpreter_then_the_driver() {
         let spec = LaunchSpec {
             session_id: "s1".into(),

@@ -277,6 +277,32 @@ impl DuSampler {
     }
 }
 
+/// The host pids of the processes with `needle` in their command line (`/proc`, else `ps`).
+pub fn host_pids_with(needle: &str) -> Vec<i32> {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        let out = std::process::Command::new("ps")
+            .args(["-axww", "-o", "pid=,command="])
+            .output()
+            .expect("run ps");
+        return String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.contains(needle))
+            .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+            .collect();
+    };
+    procs
+        .flatten()
+        .filter_map(|e| {
+            let pid: i32 = e.file_name().to_string_lossy().parse().ok()?;
+            let c = std::fs::read(e.path().join("cmdline")).ok()?;
+            String::from_utf8_lossy(&c)
+                .replace('\0', " ")
+                .contains(needle)
+                .then_some(pid)
+        })
+        .collect()
+}
+
 /// Whether any process on the host has `needle` in its command line (`/proc`, else `ps`).
 pub fn host_process_with(needle: &str) -> bool {
     let Ok(procs) = std::fs::read_dir("/proc") else {
