@@ -88,6 +88,19 @@ pub struct OutputFile {
     pub encoding: Encoding,
 }
 
+/// A rich output of a cell, as a Jupyter kernel gives them. Today: the value of a cell that
+/// ends in an expression (`type: execute_result`, `mime: text/plain`, its repr / inspect text).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Output {
+    /// `execute_result`: the value of the cell's last expression.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The MIME type of `data`, e.g. `text/plain`.
+    pub mime: String,
+    /// The output itself (text for `text/*`).
+    pub data: String,
+}
+
 /// Per-request limits: they may only tighten the policy's maxima.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -215,6 +228,9 @@ pub struct ExecResult {
     pub duration_ms: f64,
     pub warnings: Vec<String>,
     pub files: Vec<OutputFile>,
+    /// Rich outputs of the cell (the value of a last expression as `text/plain`).
+    #[serde(default)]
+    pub outputs: Vec<Output>,
 }
 
 impl ExecResult {
@@ -254,6 +270,7 @@ impl ExecResult {
             duration_ms: 0.0,
             warnings: Vec::new(),
             files: Vec::new(),
+            outputs: Vec::new(),
         }
     }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs what it needs, checks formatting and
-# lints, runs the unit tests, then the conformance suite against every available backend
-# (as root inside a throwaway PID namespace, and again as an unprivileged user).
+# lints, runs the unit tests (also for aarch64, under qemu-user: tests/aarch64.sh), then the
+# conformance suite against every available backend (as root inside a throwaway PID namespace,
+# and again as an unprivileged user).
 # Usage: bash tests/run-all.sh        (CI runs exactly this through .ci/run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,6 +54,11 @@ say "unit tests"
 cargo test --quiet --lib --bins
 say "the crate's dependency order: no import circles, no upward imports (tests/layers.py)"
 /usr/bin/python3 tests/layers.py
+
+# --- 4. aarch64 (Raspberry Pi 5): cross build, the unit tests and the binary under qemu-user --
+# Installs the cross toolchain and qemu when missing (root); under CI=true it must run.
+say "aarch64: cross build, unit tests and the binary under qemu-user (tests/aarch64.sh)"
+bash tests/aarch64.sh
 
 # --- macOS (issue 11): a linked Mach-O binary for Apple silicon on every run ---------------
 # The macOS backend is checked here as far as Linux can: the profile's goldens, its quoting

@@ -234,17 +234,29 @@ impl Pipeline {
         for w in &mut r.warnings {
             *w = red.redact_str(w);
         }
+        for o in &mut r.outputs {
+            o.data = red.redact_str(&o.data);
+        }
         for f in &mut r.files {
-            if f.encoding == crate::types::Encoding::Utf8 {
-                f.content = red.redact_str(&f.content);
-            } else {
-                use base64::Engine;
-                let engine = base64::engine::general_purpose::STANDARD;
-                if let Ok(bytes) = engine.decode(&f.content) {
-                    let masked = red.redact_bytes(&bytes);
-                    if masked != bytes {
-                        f.content = engine.encode(&masked);
-                    }
+            self.redact_file(f);
+        }
+    }
+
+    /// Masks secrets in a file read back from a workspace (text, or base64-encoded bytes).
+    pub fn redact_file(&self, f: &mut crate::types::OutputFile) {
+        let red = &self.redactor;
+        if !red.is_enabled() {
+            return;
+        }
+        if f.encoding == crate::types::Encoding::Utf8 {
+            f.content = red.redact_str(&f.content);
+        } else {
+            use base64::Engine;
+            let engine = base64::engine::general_purpose::STANDARD;
+            if let Ok(bytes) = engine.decode(&f.content) {
+                let masked = red.redact_bytes(&bytes);
+                if masked != bytes {
+                    f.content = engine.encode(&masked);
                 }
             }
         }

@@ -123,19 +123,61 @@ pub struct LinuxSettings {
     pub uid_count: u32,
     /// `auto`: use namespaces where the host allows them; `off`: never (Landlock, seccomp,
     /// rlimits and a subreaper only, as on hosts that block unprivileged user namespaces).
-    pub namespaces: NamespaceMode,
+    pub namespaces: LayerMode,
     /// Use at most this Landlock ABI (0: whatever the kernel offers), to run the sandbox an
     /// older kernel would give, e.g. 4 for Ubuntu 24.04's 6.8 (no signal scoping).
     #[serde(default)]
     pub landlock_abi_max: u32,
+    /// `auto`: Landlock where the kernel has it; `off`: never, the layers a kernel without
+    /// Landlock gives (Raspberry Pi OS): namespaces, seccomp and rlimits, or a refusal.
+    #[serde(default)]
+    pub landlock: LayerMode,
+    /// Layers the native backend must have, else it refuses to run (and `doctor` says which
+    /// is missing), for operators who prefer a refusal to a weaker sandbox.
+    #[serde(default)]
+    pub require: Vec<RequiredLayer>,
 }
 
-/// Whether the native backend may use namespaces (`linux.namespaces`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// Whether the native backend may use a layer (`linux.namespaces`, `linux.landlock`): `auto`
+/// where the host allows it, `off` never.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum NamespaceMode {
+pub enum LayerMode {
+    #[default]
     Auto,
     Off,
+}
+
+/// A layer `linux.require` can insist on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RequiredLayer {
+    /// The sandbox's own root, PID, network and IPC namespaces.
+    Namespaces,
+    Landlock,
+    /// A cgroup per session (memory, pids and cpu for the whole session).
+    Cgroup,
+}
+
+impl RequiredLayer {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequiredLayer::Namespaces => "namespaces",
+            RequiredLayer::Landlock => "landlock",
+            RequiredLayer::Cgroup => "cgroup",
+        }
+    }
+}
+
+/// The warm pool (`[pool]`): sandboxes started ahead of demand by `serve` and `mcp`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolSettings {
+    /// Sandboxes kept ready per language (0: no pool).
+    pub size: usize,
+    pub languages: Vec<Language>,
+    /// A pooled sandbox older than this is replaced rather than handed out.
+    pub max_idle_s: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -158,6 +200,7 @@ pub struct Policy {
     pub limits: Limits,
     pub network: NetworkPolicy,
     pub packages: PackagesPolicy,
+    pub pool: PoolSettings,
     pub analyzer: pipeline::AnalyzerSettings,
     pub redaction: pipeline::RedactionConfig,
     pub approval: pipeline::ApprovalSettings,
@@ -429,6 +472,9 @@ pub const ENV_KEYS: &[(&str, &str, &str)] = &[
         "packages",
         "install_timeout_ms",
     ),
+    ("SANDPIT_POOL_SIZE", "pool", "size"),
+    ("SANDPIT_POOL_LANGUAGES", "pool", "languages"),
+    ("SANDPIT_POOL_MAX_IDLE_S", "pool", "max_idle_s"),
     ("SANDPIT_ANALYZER", "analyzer", "mode"),
     ("SANDPIT_REDACT", "redaction", "enabled"),
     ("SANDPIT_REDACT_ENV", "redaction", "env"),
@@ -451,6 +497,8 @@ pub const ENV_KEYS: &[(&str, &str, &str)] = &[
         "linux",
         "landlock_abi_max",
     ),
+    ("SANDPIT_LINUX_LANDLOCK", "linux", "landlock"),
+    ("SANDPIT_LINUX_REQUIRE", "linux", "require"),
 ];
 
 fn apply_env(

@@ -84,6 +84,7 @@ pub(super) fn describe_end(
             result.result = r.result;
             result.exception = r.exception;
             result.warnings.extend(r.warnings);
+            result.outputs = r.outputs;
             result.status = if end.timed_out {
                 Status::Timeout
             } else {
@@ -292,6 +293,7 @@ mod tests {
             result: None,
             exception: None,
             warnings: vec![],
+            outputs: vec![],
         };
         describe_end(
             CellEnd {

@@ -12,9 +12,10 @@
 mod cell;
 use cell::{describe_end, Aftermath, Cell, CellEnd, Fresh, StreamState, Watched};
 mod disk;
-mod files;
+pub mod files;
 pub mod manager;
 pub mod packages;
+pub mod pool;
 
 use crate::backend::{Backend, LaunchSpec, Reader, SandboxControl, Writer};
 use crate::error::{Error, Result};
@@ -256,6 +257,45 @@ impl Session {
         Ok(s)
     }
 
+    /// Takes over a sandbox started ahead of demand (the warm pool) as session `id`: the host
+    /// side is relabelled and the sandbox's `SANDPIT_SESSION_ID` set to `id` by a cell of
+    /// sandpit's own (not counted, not audited), so the code sees what a fresh start shows.
+    /// `false`: the sandbox did not take it (it is then unusable; kill it).
+    pub async fn adopt(&mut self, id: &str) -> bool {
+        // Ids are validated ([A-Za-z0-9-_.]); anything else is not spliced into code.
+        if !id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
+            return false;
+        }
+        let code = match self.spec.language {
+            Language::Python => format!("__import__('os').environ['SANDPIT_SESSION_ID'] = '{id}'"),
+            Language::Javascript => format!("process.env.SANDPIT_SESSION_ID = '{id}';"),
+            Language::Bash => format!("export SANDPIT_SESSION_ID='{id}'"),
+        };
+        // The first result's notices are for the session's own first cell.
+        let notice = self.weaker_notice.take();
+        let ok = matches!(
+            self.execute(&code, ExecOptions::with_timeout(Duration::from_secs(5)))
+                .await,
+            Ok(r) if r.status == Status::Ok && !r.session_restarted
+        );
+        self.weaker_notice = notice;
+        if !ok {
+            return false;
+        }
+        self.id = id.to_string();
+        self.spec.session_id = id.to_string();
+        for (k, v) in self.spec.env.iter_mut() {
+            if k == "SANDPIT_SESSION_ID" {
+                *v = id.to_string();
+            }
+        }
+        self.executions = 0;
+        true
+    }
+
     /// Redacts this session's output streams from now on.
     pub fn set_redactor(&mut self, redactor: Arc<Redactor>) {
         self.redactor = redactor;
@@ -289,6 +329,15 @@ impl Session {
     /// What the helper stage reported in force (native backend), for `doctor` and tests.
     pub fn layers(&self) -> Option<&crate::backend::LayersReport> {
         self.running.as_ref().and_then(|r| r.layers.as_ref())
+    }
+
+    /// One line for people: what confines this session's sandbox.
+    pub fn sandbox_summary(&self) -> String {
+        match (self.layers(), self.backend.kind()) {
+            (Some(l), _) => l.summary(),
+            (None, crate::backend::BackendKind::Unsandboxed) => "NO isolation".into(),
+            (None, kind) => format!("the {} backend's sandbox", kind.as_str()),
+        }
     }
 
     /// The sandbox's process group on the host, when it has one.
@@ -385,7 +434,7 @@ impl Session {
         self.since_start = 0;
         self.installed.clear();
         let fell_back = self.backend.kind() == crate::backend::BackendKind::Linux
-            && self.policy.linux.namespaces == crate::policy::NamespaceMode::Auto
+            && self.policy.linux.namespaces == crate::policy::LayerMode::Auto
             && running
                 .layers
                 .as_ref()
@@ -664,7 +713,7 @@ impl Session {
                         Ok(Some(Err(n))) => {
                             // Too large to keep (a huge `result`): the cell is over, its value is not.
                             w.warnings.push(format!("the cell's response ({n} bytes) exceeded {MAX_RESPONSE_BYTES} bytes; result dropped"));
-                            w.response = Some(CellResponse { id, nonce: nonce.clone(), status: CellStatus::Ok, exit_code: 0, result: None, exception: None, warnings: vec![] });
+                            w.response = Some(CellResponse { id, nonce: nonce.clone(), status: CellStatus::Ok, exit_code: 0, result: None, exception: None, warnings: vec![], outputs: vec![] });
                             marker_deadline = Some(Instant::now() + MARKER_GRACE);
                         }
                         Ok(None) | Err(_) => w.died = true,
@@ -783,6 +832,7 @@ impl Session {
             duration_ms: started.elapsed().as_secs_f64() * 1000.0,
             warnings: watched.warnings,
             files: Vec::new(),
+            outputs: Vec::new(),
         };
         if let Some(reason) = fresh.recycled {
             result.warnings.insert(

@@ -19,7 +19,10 @@ pub fn required_in_ci(backend: &str) -> bool {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     let linux = cfg!(target_os = "linux");
-    (matches!(backend, "linux" | "linux_no_ns" | "linux_no_ns_abi4") && linux)
+    (matches!(
+        backend,
+        "linux" | "linux_no_ns" | "linux_no_ns_abi4" | "linux_no_landlock"
+    ) && linux)
         || (backend == "macos" && cfg!(target_os = "macos"))
         || backend == "unsandboxed"
         || (backend == "docker" && root && linux)
@@ -61,14 +64,20 @@ where
     // unprivileged user namespaces (Landlock, seccomp, rlimits and the subreaper only).
     let name = match backend {
         "linux_no_ns" => {
-            policy.linux.namespaces = sandpit::policy::NamespaceMode::Off;
+            policy.linux.namespaces = sandpit::policy::LayerMode::Off;
             "linux"
         }
         // The same on an older kernel's Landlock (ABI 4, Ubuntu 24.04's 6.8): no signal or
         // abstract-socket scoping, so the waiter decides the sandbox's signals.
         "linux_no_ns_abi4" => {
-            policy.linux.namespaces = sandpit::policy::NamespaceMode::Off;
+            policy.linux.namespaces = sandpit::policy::LayerMode::Off;
             policy.linux.landlock_abi_max = 4;
+            "linux"
+        }
+        // The layers of a kernel without Landlock (Raspberry Pi OS): namespaces, seccomp and
+        // rlimits; the mount namespace alone confines the filesystem.
+        "linux_no_landlock" => {
+            policy.linux.landlock = sandpit::policy::LayerMode::Off;
             "linux"
         }
         other => other,

@@ -254,7 +254,17 @@ fn mcp_session_over_stdio() {
     let tools = r["result"]["tools"].as_array().expect("tools").clone();
     let mut names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
     names.sort_unstable();
-    assert_eq!(names, ["execute_code", "kill_session", "list_sessions"]);
+    assert_eq!(
+        names,
+        [
+            "execute_code",
+            "kill_session",
+            "list_files",
+            "list_sessions",
+            "read_file",
+            "write_file"
+        ]
+    );
     for t in &tools {
         assert_eq!(t["inputSchema"]["type"], "object", "{t}");
         assert!(t["description"].is_string(), "{t}");
@@ -373,7 +383,7 @@ fn mcp_session_over_stdio() {
     let r = s.request("no/such_method", Some(json!({})));
     assert_eq!(r["error"]["code"], -32601, "{r}");
     let r = s.request("tools/list", None);
-    assert_eq!(r["result"]["tools"].as_array().unwrap().len(), 3, "{r}");
+    assert_eq!(r["result"]["tools"].as_array().unwrap().len(), 6, "{r}");
 
     // Bad arguments: -32602 or an isError result with a clear message, and serving goes on.
     for (tool, args, needle) in [
@@ -503,7 +513,7 @@ fn mcp_negotiates_older_protocol() {
     let init = s.initialize("2024-11-05");
     assert_eq!(init["protocolVersion"], "2024-11-05", "{init}");
     let r = s.request("tools/list", None);
-    assert_eq!(r["result"]["tools"].as_array().unwrap().len(), 3, "{r}");
+    assert_eq!(r["result"]["tools"].as_array().unwrap().len(), 6, "{r}");
     let r = s.call(
         "execute_code",
         json!({"language": "sh", "code": "echo $((6 * 7))"}),
@@ -593,7 +603,7 @@ async def main():
             await session.initialize()
             tools = await session.list_tools()
             names = sorted(t.name for t in tools.tools)
-            assert names == ["execute_code", "kill_session", "list_sessions"], names
+            assert names == ["execute_code", "kill_session", "list_files", "list_sessions", "read_file", "write_file"], names
             r = await session.call_tool("execute_code", {
                 "language": "python", "session_id": "sdk",
                 "code": "print('from the sdk')\nresult = {'answer': 6 * 7}"})

@@ -20,13 +20,18 @@
 #      b"\x1esandpit-end:" + NONCE + b"\x1e" with os.write to fd 1 and to fd 2, then one line
 #      on fd 4:
 #        {"id":ID,"nonce":"NONCE","status":"ok"|"error"|"interrupted","exit_code":N,
-#         "result":JSON|null,"exception":null|{"type","message","traceback"},"warnings":[...]}
+#         "result":JSON|null,"exception":null|{"type","message","traceback"},"warnings":[...],
+#         "outputs":[{"type","mime","data"}...]}
 #   4. EOF on fd 3: exit 0.
 #
 # Semantics
 #   - result: the value of the global `result` if the cell bound it (it did not exist before,
 #     it is another object than before, or the cell's top level assigns to it); a value JSON
-#     cannot encode is returned as its repr() with a warning.
+#     cannot encode is returned as its repr() with a warning.  Otherwise, when the cell ends
+#     in an expression statement whose value is not None (as the REPL echoes it), that value:
+#     JSON where it can be, else its repr() (no warning); its repr() also goes in "outputs" as
+#     {"type":"execute_result","mime":"text/plain","data":...}, and it is bound to `_`.
+#     `result` wins over the last expression.
 #   - INTERACTIVE 0: fd 0 is /dev/null and sys.stdin reads it, so reads get EOF at once;
 #     afterwards the driver drops the ^D the host queued on the terminal for the cell.
 #     INTERACTIVE 1: fd 0 is the terminal (and sys.stdin the usual object).  fd 0 is only
@@ -106,6 +111,8 @@ def _driver():
             memory_reserve.pop().close()
     CO_COROUTINE = 0x80  # inspect.CO_COROUTINE
     TOP_LEVEL_AWAIT = 0x2000  # ast.PyCF_ALLOW_TOP_LEVEL_AWAIT (stable since 3.8; ast costs ~2 ms)
+    import _ast  # the C module behind `ast`: node classes and PyCF_ONLY_AST, without enum
+    MAX_VALUE_TEXT = 1 << 20  # the repr of a last expression, at most (the host caps it too)
 
     # The request/response pipes are inherited from the host: keep them out of anything the
     # code spawns (os.system, os.exec*, subprocess with close_fds=False).
@@ -182,6 +189,35 @@ def _driver():
             for i in dis.get_instructions(co)
         )
 
+    def compile_cell(code, name):
+        """The cell as (code object, code of its last expression or None): a cell that ends
+        in an expression statement gives that expression's value, as the REPL does."""
+        tree = compile(code, name, "exec", TOP_LEVEL_AWAIT | _ast.PyCF_ONLY_AST, True)
+        last = None
+        if tree.body and type(tree.body[-1]) is _ast.Expr:
+            last = compile(_ast.Expression(tree.body.pop().value), name, "eval", TOP_LEVEL_AWAIT, True)
+        return compile(tree, name, "exec", TOP_LEVEL_AWAIT, True), last
+
+    def run_code(co):
+        """Runs a code object in the session's namespace; top-level await on its event loop."""
+        nonlocal loop
+        if co.co_flags & CO_COROUTINE:
+            # Top-level await: the code object evaluates to a coroutine.
+            if loop is None:
+                import asyncio
+                loop = asyncio.new_event_loop()
+            return loop.run_until_complete(eval(co, g))
+        return eval(co, g)
+
+    def value_text(value):
+        try:
+            text = repr(value)
+        except BaseException:
+            text = "<%s object>" % type(value).__name__
+        if len(text) > MAX_VALUE_TEXT:
+            text = text[:MAX_VALUE_TEXT] + "... [%d characters dropped]" % (len(text) - MAX_VALUE_TEXT)
+        return text
+
     def flush_streams():
         for f in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
             try:
@@ -190,7 +226,7 @@ def _driver():
                 pass
 
     def run_cell(cid, nonce, interactive, prelude, code):
-        nonlocal cell_handler, fd0_is_null, loop
+        nonlocal cell_handler, fd0_is_null
         status, exit_code, exception, warnings = "ok", 0, None, []
         take_memory_reserve()
         if site_dir not in sys.path and os.path.isdir(site_dir):
@@ -198,7 +234,8 @@ def _driver():
             import importlib
             importlib.invalidate_caches()
         before = g.get("result", MISSING)
-        co = None
+        co = last = None
+        value = MISSING
         saved_stdin = sys.stdin
         if not interactive:
             if not fd0_is_null:
@@ -217,15 +254,10 @@ def _driver():
                 name = "<cell-%d>" % cid
                 if len(code) <= MAX_KEPT_SOURCE:
                     pending_sources[name] = code
-                co = compile(code, name, "exec", TOP_LEVEL_AWAIT, True)
-                if co.co_flags & CO_COROUTINE:
-                    # Top-level await: the code object evaluates to a coroutine.
-                    if loop is None:
-                        import asyncio
-                        loop = asyncio.new_event_loop()
-                    loop.run_until_complete(eval(co, g))
-                else:
-                    exec(co, g)
+                co, last = compile_cell(code, name)
+                run_code(co)
+                if last is not None:
+                    value = run_code(last)
             finally:
                 # Back to ignoring SIGINT, keeping the cell's handler for the next cell. An
                 # interrupt landing right here ends the cell anyway: retry until it sticks.
@@ -268,9 +300,13 @@ def _driver():
                 except (OSError, termios.error):
                     pass
 
-        result = "null"
+        result, outputs = "null", "[]"
         after = g.get("result", MISSING)
-        if after is not MISSING and (after is not before or (co is not None and assigns_result(co))):
+        bound = after is not MISSING and (
+            after is not before
+            or (co is not None and assigns_result(co))
+            or (last is not None and assigns_result(last)))
+        if bound:
             try:
                 result = strict_dumps(after)
             except BaseException:
@@ -279,6 +315,16 @@ def _driver():
                 except BaseException:
                     result = dumps("<%s object>" % type(after).__name__)
                 warnings.append("result is not JSON-serialisable; returned its repr")
+        elif value is not MISSING and value is not None and status == "ok":
+            # The last expression's value, as the REPL shows it: JSON where it can be, else
+            # its repr; and always its repr as a text/plain output (Jupyter's execute_result).
+            g["_"] = value
+            text = value_text(value)
+            try:
+                result = strict_dumps(value)
+            except BaseException:
+                result = dumps(text)
+            outputs = dumps([{"type": "execute_result", "mime": "text/plain", "data": text}])
 
         flush_streams()
         if os.getpid() != driver_pid:
@@ -291,8 +337,8 @@ def _driver():
                 write_all(fd, marker)
             except OSError:
                 pass  # the code closed it; the host gives up waiting for this marker
-        response = '{"id":%d,"nonce":"%s","status":"%s","exit_code":%d,"result":%s,"exception":%s,"warnings":%s}\n' % (
-            cid, nonce.decode(), status, exit_code, result, dumps(exception), dumps(warnings))
+        response = '{"id":%d,"nonce":"%s","status":"%s","exit_code":%d,"result":%s,"exception":%s,"warnings":%s,"outputs":%s}\n' % (
+            cid, nonce.decode(), status, exit_code, result, dumps(exception), dumps(warnings), outputs)
         write_all(4, response.encode("utf-8", "replace"))
         keep_sources()
 

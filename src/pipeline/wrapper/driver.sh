@@ -1,4 +1,4 @@
-__sp_cell() { __sp_in_cell=1; builtin trap "$__sp_on_int" INT; builtin trap "$__sp_on_err" ERR; builtin set -E$__sp_flags; builtin eval "$__sp_code"; { __sp_st=$?; [[ -n $__sp_f ]] || __sp_f=$-; builtin set +exv; } 2>/dev/null; builtin eval "$__sp_save"; builtin return $__sp_st; }
+__sp_cell() { __sp_in_cell=1; builtin trap "$__sp_on_int" INT; builtin trap "$__sp_on_err" ERR; builtin set -E$__sp_flags; __sp_ret $__sp_prev && :; builtin eval "$__sp_code"; { __sp_st=$?; [[ -n $__sp_f ]] || __sp_f=$-; builtin set +exv; } 2>/dev/null; builtin eval "$__sp_save"; builtin return $__sp_st; }
 # ^ __sp_cell runs one cell (see "How a cell runs" below). It sits on line 1 because bash
 #   numbers the lines of an eval from the line of the eval: on line 1, error messages give
 #   the cell's own line numbers ("environment: eval: line 2: syntax error ...").
@@ -50,6 +50,9 @@ __sp_cell() { __sp_in_cell=1; builtin trap "$__sp_on_int" INT; builtin trap "$__
 #   - Between cells SIGINT is ignored and the driver's own commands run with -e -u -x -v
 #     off; each cell gets the user's options back.
 #   - Bash strings cannot hold NUL bytes: a NUL in the code or prelude is dropped.
+#   - `$?` at the start of a cell is the previous cell's exit status, as at a shell prompt
+#     (set by `__sp_ret` in a && list, which neither the ERR trap nor set -e act on; under
+#     the user's `set -x` it shows as two trace lines).
 
 # Trap texts. The first way out of a cell records the shell options in __sp_f, and each
 # turns off -e -x -v (silently: its xtrace goes to /dev/null). __sp_save writes the cell's
@@ -97,6 +100,9 @@ __sp_read() {
     done
 }
 
+__sp_ret() { return "$1"; }
+__sp_prev=0 # the last cell's exit status: $? when the next cell starts
+
 builtin trap '' INT
 builtin set -E
 builtin printf '{"ready":true,"language":"bash","version":"%s","pid":%d}\n' "${BASH_VERSION%%[^0-9.]*}" "$$" >&4
@@ -141,8 +147,9 @@ while :; do
             builtin read -t 0 -u 0 && builtin read -r -t 0.05 -u 0 __sp_junk || break
         done
     fi
+    __sp_prev=$__sp_rc
     if ((__sp_int)); then
-        __sp_status=interrupted __sp_rc=130
+        __sp_status=interrupted __sp_rc=130 __sp_prev=130
     elif ((__sp_rc)); then
         __sp_status=error
     else

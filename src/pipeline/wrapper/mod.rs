@@ -122,6 +122,9 @@ pub struct CellResponse {
     pub exception: Option<ExceptionInfo>,
     #[serde(default)]
     pub warnings: Vec<String>,
+    /// Rich outputs (the value of a last expression).
+    #[serde(default)]
+    pub outputs: Vec<crate::types::Output>,
 }
 
 #[cfg(test)]

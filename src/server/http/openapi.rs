@@ -2,6 +2,9 @@
 //! route with its responses, the wire types, and the bearer-token security scheme.
 
 use super::errors::{ErrorBody, ErrorDetail};
+use super::files::{
+    __path_list_files, __path_read_file, __path_write_file, FileList, Upload, Written,
+};
 // utoipa finds a handler by the `__path_<name>` item its attribute generates; naming the handlers
 // bare (not `routes::execute`) keeps the document as it was, without a `routes` tag.
 use super::routes::{
@@ -26,6 +29,9 @@ use utoipa::OpenApi;
         execute,
         list_sessions,
         kill_session,
+        list_files,
+        read_file,
+        write_file,
         list_approvals,
         decide_approval,
         healthz,
@@ -42,6 +48,11 @@ use utoipa::OpenApi;
         SessionInfo,
         SessionList,
         Killed,
+        FileList,
+        crate::session::files::FileEntry,
+        Upload,
+        Written,
+        crate::types::OutputFile,
         Health,
         ErrorBody,
         ErrorDetail

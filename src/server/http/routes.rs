@@ -5,13 +5,14 @@
 
 use super::errors::{ApiError, ErrorBody, JsonBody};
 use super::sse::{execute_sse, wants_sse};
+use super::users::Authed;
 use super::AppState;
 use crate::error::{Error, ErrorCode};
 use crate::pipeline::approval::{ApprovalRequest, Decision};
 use crate::session::manager::{SessionInfo, Via};
 use crate::types::{ExecRequest, ExecResult};
 use axum::extract::rejection::{PathRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Extension, Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -71,9 +72,14 @@ fn bad_query(e: QueryRejection) -> Response {
 )]
 pub(super) async fn execute(
     State(state): State<AppState>,
+    Extension(authed): Extension<Authed>,
     headers: HeaderMap,
-    JsonBody(req): JsonBody<ExecRequest>,
+    JsonBody(mut req): JsonBody<ExecRequest>,
 ) -> Response {
+    req.user = match authed.user(Some(&req.user)) {
+        Ok(u) => u,
+        Err(e) => return ApiError::from_error(&e).into_response(),
+    };
     if wants_sse(&headers) {
         return execute_sse(state, req).into_response();
     }
@@ -103,10 +109,14 @@ pub(super) async fn execute(
 )]
 pub(super) async fn list_sessions(
     State(state): State<AppState>,
+    Extension(authed): Extension<Authed>,
     q: Result<Query<UserQuery>, QueryRejection>,
 ) -> Response {
     let user = match q {
-        Ok(Query(q)) => q.user.unwrap_or_else(|| "default".into()),
+        Ok(Query(q)) => match authed.user(q.user.as_deref()) {
+            Ok(u) => u,
+            Err(e) => return ApiError::from_error(&e).into_response(),
+        },
         Err(e) => return bad_query(e),
     };
     let sessions = state.manager.list(&user).await;
@@ -130,11 +140,15 @@ pub(super) async fn list_sessions(
 )]
 pub(super) async fn kill_session(
     State(state): State<AppState>,
+    Extension(authed): Extension<Authed>,
     id: Result<Path<String>, PathRejection>,
     q: Result<Query<UserQuery>, QueryRejection>,
 ) -> Response {
     let user = match q {
-        Ok(Query(q)) => q.user.unwrap_or_else(|| "default".into()),
+        Ok(Query(q)) => match authed.user(q.user.as_deref()) {
+            Ok(u) => u,
+            Err(e) => return ApiError::from_error(&e).into_response(),
+        },
         Err(e) => return bad_query(e),
     };
     let id = match id {
@@ -179,10 +193,18 @@ pub struct Resolved {
         (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
     )
 )]
-pub(super) async fn list_approvals(State(state): State<AppState>) -> Json<ApprovalList> {
-    Json(ApprovalList {
-        approvals: state.approvals.list(),
-    })
+pub(super) async fn list_approvals(
+    State(state): State<AppState>,
+    Extension(authed): Extension<Authed>,
+) -> Json<ApprovalList> {
+    // Under per-user tokens each user sees only the approvals of their own executions.
+    let approvals = state
+        .approvals
+        .list()
+        .into_iter()
+        .filter(|a| authed.0.as_ref().map_or(true, |me| &a.user == me))
+        .collect();
+    Json(ApprovalList { approvals })
 }
 
 /// Decides a pending approval: `{"decision": "approve"}`, `{"decision":
@@ -201,6 +223,7 @@ pub(super) async fn list_approvals(State(state): State<AppState>) -> Json<Approv
 )]
 pub(super) async fn decide_approval(
     State(state): State<AppState>,
+    Extension(authed): Extension<Authed>,
     id: Result<Path<String>, PathRejection>,
     JsonBody(decision): JsonBody<Decision>,
 ) -> Response {
@@ -211,7 +234,15 @@ pub(super) async fn decide_approval(
         )
         .into_response();
     };
-    if state.approvals.resolve(&id, decision) {
+    // Under per-user tokens, another user's approval is as good as absent.
+    let mine = authed.0.as_ref().map_or(true, |me| {
+        state
+            .approvals
+            .list()
+            .iter()
+            .any(|a| a.id == id && &a.user == me)
+    });
+    if mine && state.approvals.resolve(&id, decision) {
         Json(Resolved { resolved: true }).into_response()
     } else {
         ApiError::new(
@@ -236,7 +267,11 @@ pub(super) async fn healthz(State(state): State<AppState>) -> Json<Health> {
 #[utoipa::path(get, path = "/metrics", responses((status = 200, description = "Prometheus text", content_type = "text/plain")))]
 pub(super) async fn metrics(State(state): State<AppState>) -> Response {
     let sessions = state.manager.session_count().await;
-    let text = state.metrics.render(sessions, state.manager.queue_len());
+    let text = state.metrics.render(
+        sessions,
+        state.manager.queue_len(),
+        state.manager.pool_stats(),
+    );
     (
         [(
             header::CONTENT_TYPE,
