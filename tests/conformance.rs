@@ -4,9 +4,12 @@
 //! containment cases run on the sandboxed backends and assert each denial with an oracle on
 //! the host (a canary file, a canary listener, a canary process), not only the sandbox's word.
 //!
-//! Run it as root inside a throwaway PID namespace and as an unprivileged user (see .ci/run).
+//! Run it as root inside a throwaway PID namespace and as an unprivileged user, and its native
+//! columns again inside containers (see tests/run-all.sh and README "Inside a container").
 
 mod common;
+#[path = "conformance/tools.rs"]
+mod tools;
 
 use common::{du, exec, exec_timeout, host_process_with, Ctx, DuSampler};
 use sandpit::session::{Session, SessionConfig};
@@ -514,8 +517,11 @@ mod functional {
             )
             .await;
         assert_eq!(r.result, Some(serde_json::json!("Fraction(1, 3)")), "{r:?}");
+        // (The only warning allowed: auto's first result where the host refused namespaces.)
         assert!(
-            r.warnings.is_empty(),
+            r.warnings
+                .iter()
+                .all(|w| w.contains("without namespaces, because the host refused them")),
             "a repr value is not a warning: {r:?}"
         );
         let r = ctx.run(Language::Python, "result = 'mine'\n7").await;
@@ -1085,8 +1091,8 @@ result = out"#
             .result
             .clone()
             .unwrap_or_else(|| panic!("no result: {r:?}"));
-        let no_namespaces = ctx.policy.linux.namespaces == sandpit::policy::LayerMode::Off
-            && ctx.kind() == sandpit::backend::BackendKind::Linux;
+        let no_namespaces = ctx.kind() == sandpit::backend::BackendKind::Linux
+            && !common::linux_namespaces(&ctx.policy);
         if no_namespaces {
             for call in ["shmget", "semget", "msgget"] {
                 assert_eq!(
@@ -1496,6 +1502,34 @@ result = out"#
         assert_eq!(r.result, Some(serde_json::json!(1)), "{r:?}");
     }
 
+    /// `auto` says which sandbox it gave: where the host refused namespaces (doctor says
+    /// "unavailable"), the first result of a sandbox carries the warning; where it has them, no
+    /// result does. Run in the `linux` column only (`linux.namespaces = "auto"`).
+    pub async fn auto_says_which_sandbox_it_is(ctx: Ctx) {
+        let namespaces = common::linux_namespaces(&ctx.policy);
+        let mut s = ctx.session(Language::Python).await;
+        let first = exec(&mut s, "import os\nresult = os.getcwd()").await;
+        let second = exec(&mut s, "result = 2").await;
+        s.kill().await;
+        let warns = |r: &sandpit::ExecResult| {
+            r.warnings
+                .iter()
+                .any(|w| w.contains("without namespaces, because the host refused them"))
+        };
+        assert_eq!(
+            warns(&first),
+            !namespaces,
+            "namespaces: {namespaces}; {first:?}"
+        );
+        assert!(!warns(&second), "only the first result warns: {second:?}");
+        // With namespaces the code sees its own root; without, the session's host directory.
+        assert_eq!(
+            first.result == Some(serde_json::json!("/workspace")),
+            namespaces,
+            "{first:?}"
+        );
+    }
+
     pub async fn terminal_escapes_do_not_break_the_protocol(ctx: Ctx) {
         // Control bytes, a fake prompt, ^D and ^C bytes on stdout: just output.
         let r = ctx.run(Language::Python, "import sys\nsys.stdout.write('\\x04\\x03\\x1b]0;title\\x07\\x1b[2J>>> \\r\\n')\nresult = 'ok'").await;
@@ -1574,6 +1608,9 @@ mod on_macos {
         disk_is_capped,
     );
 }
+
+// `linux.namespaces = "auto"` only: the forced no-namespace columns never warn.
+matrix!(containment; [linux]; auto_says_which_sandbox_it_is);
 
 fn vm_hwm_kb() -> u64 {
     std::fs::read_to_string("/proc/self/status")

@@ -230,6 +230,7 @@ pub async fn repl(language: Option<Language>, backend_arg: BackendArg, policy: P
             approver: Some(approver.clone()),
             cancel: Some(cancel),
             workspace: None,
+            tools: Some(Arc::new(super::approve::TerminalToolNotices)),
         };
         let r = manager.execute_via(req, Some(tx), via).await;
         watcher.abort();

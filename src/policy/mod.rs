@@ -6,6 +6,7 @@
 //! embedded at build time.
 
 pub mod pipeline;
+pub mod tools;
 
 use crate::error::{Error, Result};
 use crate::types::{ExecRequest, Language};
@@ -208,6 +209,23 @@ pub struct Policy {
     pub interpreters: Interpreters,
     pub filesystem: FilesystemPolicy,
     pub linux: LinuxSettings,
+    /// Host tools sandboxed code may call (`[[tools]]`; none by default).
+    #[serde(default)]
+    pub tools: Vec<tools::ToolConfig>,
+    /// Limits on every tool call (`[tool_calls]`).
+    #[serde(default)]
+    pub tool_calls: tools::ToolCallSettings,
+    /// The built-in `host_exec` tool (`[host_exec]`; disabled by default).
+    #[serde(default = "default_host_exec")]
+    pub host_exec: tools::ToolConfig,
+}
+
+fn default_host_exec() -> tools::ToolConfig {
+    tools::ToolConfig {
+        kind: tools::ToolKind::HostExec,
+        enabled: false,
+        ..Default::default()
+    }
 }
 
 impl Default for Policy {
@@ -267,7 +285,8 @@ impl Policy {
         ))
     }
 
-    fn check(&self) -> Result<()> {
+    /// Checks the values a configuration may hold (ranges, the tools' declarations).
+    pub fn check(&self) -> Result<()> {
         if !TIMEOUT_RANGE_MS.contains(&self.defaults.timeout_ms) {
             return Err(Error::Config(format!(
                 "defaults.timeout_ms {} is outside 100..=300000",
@@ -305,7 +324,17 @@ impl Policy {
                 l.disk_mb, l.disk_inodes
             )));
         }
+        self.tool_calls.check()?;
+        tools::check_all(&self.tools, &self.host_exec)?;
         Ok(())
+    }
+
+    /// Every tool the sandboxed code may name: the declared ones, then the built-in
+    /// `host_exec` (present even when disabled, so that calling it says so).
+    pub fn declared_tools(&self) -> Vec<tools::ToolConfig> {
+        let mut all = self.tools.clone();
+        all.push(tools::builtin_host_exec(&self.host_exec));
+        all
     }
 
     /// Whether the policy allows a request's network at all.
@@ -499,6 +528,58 @@ pub const ENV_KEYS: &[(&str, &str, &str)] = &[
     ),
     ("SANDPIT_LINUX_LANDLOCK", "linux", "landlock"),
     ("SANDPIT_LINUX_REQUIRE", "linux", "require"),
+    (
+        "SANDPIT_TOOL_CALLS_MAX_PER_CELL",
+        "tool_calls",
+        "max_per_cell",
+    ),
+    (
+        "SANDPIT_TOOL_CALLS_MAX_CONCURRENT",
+        "tool_calls",
+        "max_concurrent",
+    ),
+    (
+        "SANDPIT_TOOL_CALLS_MAX_CALL_BYTES",
+        "tool_calls",
+        "max_call_bytes",
+    ),
+    (
+        "SANDPIT_TOOL_CALLS_MAX_RESULT_BYTES",
+        "tool_calls",
+        "max_result_bytes",
+    ),
+    ("SANDPIT_TOOL_CALLS_TIMEOUT_MS", "tool_calls", "timeout_ms"),
+    ("SANDPIT_HOST_EXEC", "host_exec", "enabled"),
+    ("SANDPIT_HOST_EXEC_DENY", "host_exec", "deny"),
+    ("SANDPIT_HOST_EXEC_ALLOW", "host_exec", "allow"),
+    ("SANDPIT_HOST_EXEC_NOTIFY", "host_exec", "notify"),
+    ("SANDPIT_HOST_EXEC_CWD", "host_exec", "cwd"),
+    ("SANDPIT_HOST_EXEC_TIMEOUT_MS", "host_exec", "timeout_ms"),
+    (
+        "SANDPIT_HOST_EXEC_VALIDATOR_COMMAND",
+        "host_exec",
+        "validator_command",
+    ),
+    (
+        "SANDPIT_HOST_EXEC_VALIDATOR_URL",
+        "host_exec",
+        "validator_url",
+    ),
+    (
+        "SANDPIT_HOST_EXEC_VALIDATOR_THRESHOLD",
+        "host_exec",
+        "validator_threshold",
+    ),
+    (
+        "SANDPIT_HOST_EXEC_VALIDATOR_TIMEOUT_MS",
+        "host_exec",
+        "validator_timeout_ms",
+    ),
+    (
+        "SANDPIT_HOST_EXEC_ASK_TIMEOUT_MS",
+        "host_exec",
+        "ask_timeout_ms",
+    ),
 ];
 
 fn apply_env(
@@ -746,6 +827,47 @@ mod tests {
             p.limits.disk_inodes = inodes;
             assert!(p.check().is_err(), "disk_mb {mb}, disk_inodes {inodes}");
         }
+    }
+
+    #[test]
+    fn host_exec_is_off_by_default_and_set_by_its_variables() {
+        let p = Policy::default();
+        assert!(!p.host_exec.enabled);
+        assert!(p.tools.is_empty());
+        let names: Vec<String> = p.declared_tools().into_iter().map(|t| t.name).collect();
+        assert_eq!(
+            names,
+            ["host_exec"],
+            "the built-in is always there to say it is off"
+        );
+        let mut v: toml::Value = toml::from_str(DEFAULT_POLICY).unwrap();
+        apply_env(&mut v, |k| match k {
+            "SANDPIT_HOST_EXEC" => Some("true".into()),
+            "SANDPIT_HOST_EXEC_ALLOW" => Some("git status*, git log*".into()),
+            "SANDPIT_HOST_EXEC_VALIDATOR_THRESHOLD" => Some("0.3".into()),
+            "SANDPIT_TOOL_CALLS_MAX_PER_CELL" => Some("5".into()),
+            _ => None,
+        })
+        .unwrap();
+        let p: Policy = v.try_into().unwrap();
+        p.check().unwrap();
+        assert!(p.host_exec.enabled);
+        assert_eq!(p.host_exec.allow, ["git status*", "git log*"]);
+        assert_eq!(p.host_exec.validator_threshold, 0.3);
+        assert_eq!(p.tool_calls.max_per_cell, 5);
+        // [[tools]] from a file, checked as a whole.
+        let declared: Vec<tools::ToolConfig> =
+            toml::from_str::<std::collections::BTreeMap<String, Vec<tools::ToolConfig>>>(
+                "[[tools]]\nname = \"x\"\nkind = \"command\"\ncommand = [\"relative\"]\n",
+            )
+            .unwrap()
+            .remove("tools")
+            .unwrap();
+        let bad = Policy {
+            tools: declared,
+            ..Default::default()
+        };
+        assert!(bad.check().is_err());
     }
 
     #[test]

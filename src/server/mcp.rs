@@ -85,7 +85,15 @@ impl ServerHandler for SandpitMcp {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(tools()))
+        let mut all = tools();
+        // The host tools the code itself can call, so that a model writes code that uses them.
+        if let Some(note) = crate::pipeline::tools::describe_for_models(self.manager.policy()) {
+            if let Some(t) = all.iter_mut().find(|t| t.name == "execute_code") {
+                let text = format!("{}{note}", t.description.as_deref().unwrap_or_default());
+                t.description = Some(text.into());
+            }
+        }
+        Ok(ListToolsResult::with_all_items(all))
     }
 
     async fn call_tool(
@@ -175,6 +183,34 @@ impl Approver for ElicitingApprover {
     }
 }
 
+/// Host tools over MCP: a `host_exec` command on a notify list is told to the client as a log
+/// message (level `notice`, logger `sandpit`); `http` tools cannot be answered here (the
+/// default refusal says so).
+struct McpToolFrontend {
+    peer: Peer<RoleServer>,
+}
+
+impl crate::pipeline::tools::ToolFrontend for McpToolFrontend {
+    fn notify(&self, notice: &crate::pipeline::tools::ToolNotice) {
+        let peer = self.peer.clone();
+        let data = json!({ "message": notice.text(), "tool": notice.tool, "command": notice.command, "session_id": notice.session_id });
+        tokio::spawn(async move {
+            // Logging is the protocol's way to tell a client's user something unasked.
+            #[allow(deprecated)]
+            let params = rmcp::model::LoggingMessageNotificationParam::new(
+                rmcp::model::LoggingLevel::Notice,
+                data,
+            )
+            .with_logger("sandpit");
+            #[allow(deprecated)]
+            let sent = peer.notify_logging_message(params).await;
+            if let Err(e) = sent {
+                tracing::debug!(error = %e, "could not send a tool notice to the MCP client");
+            }
+        });
+    }
+}
+
 fn decision_from_elicitation(
     action: rmcp::model::ElicitationAction,
     content: Option<&Value>,
@@ -222,9 +258,10 @@ impl SandpitMcp {
         };
         let via = Via {
             interface: "mcp",
-            approver: Some(Arc::new(ElicitingApprover { peer })),
+            approver: Some(Arc::new(ElicitingApprover { peer: peer.clone() })),
             cancel: Some(cancel.clone()),
             workspace: None,
+            tools: Some(Arc::new(McpToolFrontend { peer })),
         };
         let result = self.manager.execute_via(req, None, via).await;
         watcher.abort();

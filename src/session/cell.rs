@@ -31,6 +31,8 @@ pub(super) struct Watched {
     pub(super) died: bool,
     pub(super) timed_out: bool,
     pub(super) user_interrupted: bool,
+    /// The host tool calls the cell made, in the order they came.
+    pub(super) tool_calls: Vec<crate::types::ToolCallSummary>,
 }
 
 /// What [`Session::after_cell`] found.

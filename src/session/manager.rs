@@ -8,6 +8,7 @@ use crate::backend::{self, Backend, BackendChoice};
 use crate::error::{Error, Result};
 use crate::pipeline::approval::Approver;
 use crate::pipeline::gate::{Admission, Caller, Pipeline};
+use crate::pipeline::tools::{ScopeContext, ToolFrontend};
 use crate::policy::Policy;
 use crate::types::{ExecRequest, ExecResult, Language};
 use serde::Serialize;
@@ -65,6 +66,8 @@ struct Entry {
     busy: std::sync::atomic::AtomicBool,
     /// A person chose "approve and trust this session": no more approval prompts for it.
     trusted: std::sync::atomic::AtomicBool,
+    /// `host_exec` command lines a person trusted for this session.
+    trusted_commands: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
     session: Mutex<Option<Session>>,
 }
 
@@ -79,6 +82,10 @@ pub struct Via {
     /// A host directory to run in instead of a fresh workspace (kept afterwards). Only a local,
     /// trusted caller sets it (`sandpit run --workspace`); it never comes from the wire.
     pub workspace: Option<std::path::PathBuf>,
+    /// Answers the cell's calls of `http` tools and is told about notified `host_exec`
+    /// commands (the HTTP API's pending calls, a library's handler); `None`: `http` tools
+    /// fail, saying why.
+    pub tools: Option<Arc<dyn ToolFrontend>>,
 }
 
 impl Via {
@@ -88,6 +95,7 @@ impl Via {
             approver: None,
             cancel: None,
             workspace: None,
+            tools: None,
         }
     }
 }
@@ -283,6 +291,17 @@ impl SessionManager {
         via: &Via,
     ) -> Result<ExecResult> {
         let cancel = via.cancel.clone();
+        let scope_for = |trusted_commands| {
+            Some(self.pipeline.tools().scope(ScopeContext {
+                interface: via.interface,
+                user: req.user.clone(),
+                session_id: req.session_id.clone(),
+                language: req.language,
+                approver: via.approver.clone(),
+                frontend: via.tools.clone(),
+                trusted_commands,
+            }))
+        };
         // A slot, or a place in the bounded queue.
         let permit = match self.slots.try_acquire() {
             Ok(p) => p,
@@ -301,7 +320,8 @@ impl SessionManager {
             let mut config = SessionConfig::for_request(&self.policy, req);
             config.workspace = via.workspace.clone();
             let mut s = self.start_session(config).await?;
-            let r = s.run_request_cancellable(req, output, cancel).await;
+            let tools = scope_for(Default::default());
+            let r = s.run_request_cancellable(req, output, cancel, tools).await;
             s.kill().await;
             drop(permit);
             // The sandbox is gone: its id names no session a caller could come back to.
@@ -324,7 +344,10 @@ impl SessionManager {
                 *guard = Some(self.start_session(config).await?);
             }
             match guard.as_mut() {
-                Some(s) => s.run_request_cancellable(req, output, cancel).await,
+                Some(s) => {
+                    let tools = scope_for(entry.trusted_commands.clone());
+                    s.run_request_cancellable(req, output, cancel, tools).await
+                }
                 None => Err(Error::sandbox("session vanished")),
             }
         }
@@ -415,6 +438,7 @@ impl SessionManager {
             last_used: std::sync::Mutex::new((Instant::now(), SystemTime::now())),
             busy: std::sync::atomic::AtomicBool::new(false),
             trusted: std::sync::atomic::AtomicBool::new(false),
+            trusted_commands: Default::default(),
             session: Mutex::new(None),
         });
         sessions.insert(id.to_string(), e.clone());

@@ -48,6 +48,14 @@ pub fn policy() -> Policy {
     if let Ok(dir) = std::env::var("SANDPIT_TEST_STATE_DIR") {
         p.state_dir = dir;
     }
+    // Session uids of their own (as root): the container stage of tests/run-all.sh keeps the
+    // suite in a container apart from sandpits on the host, whose processes it cannot see.
+    if let Some(base) = std::env::var("SANDPIT_TEST_UID_BASE")
+        .ok()
+        .and_then(|b| b.parse().ok())
+    {
+        p.linux.uid_base = base;
+    }
     p
 }
 
@@ -82,6 +90,9 @@ where
         }
         other => other,
     };
+    if backend == "linux" {
+        assert_linux_mode(&policy);
+    }
     let choice: BackendChoice = name.parse().expect("backend name");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -89,13 +100,22 @@ where
         .build()
         .unwrap();
     let selected = rt.block_on(backend::select(choice, &policy, &helper()));
+    let refusal = expected_refusal(backend);
     let be = match selected {
+        Ok(_) if refusal.is_some() => {
+            panic!("expected the backend to refuse here ({refusal:?}), but it runs")
+        }
         Ok(b) => b,
         Err(e) => {
             let msg = format!(
                 "backend {backend} unavailable here: {}",
                 e.message_with_hint()
             );
+            if let Some(why) = refusal {
+                assert!(msg.contains(why), "refused, but not because {why:?}: {msg}");
+                eprintln!("REFUSED, as this host must: {msg}");
+                return;
+            }
             if std::env::var("CI").as_deref() == Ok("true") && required_in_ci(backend) {
                 panic!("CI=true and {msg}");
             }
@@ -107,6 +127,58 @@ where
         backend: be,
         policy,
     }));
+}
+
+/// Whether the native backend gives sessions namespaces under `policy` here (doctor's answer,
+/// which `run` follows: the probe is the same).
+pub fn linux_namespaces(policy: &Policy) -> bool {
+    linux_namespaces_fact(policy).0
+}
+
+/// doctor's "namespaces" line for the native backend: whether sessions get them, and the text.
+fn linux_namespaces_fact(policy: &Policy) -> (bool, String) {
+    let a = sandpit::backend::linux::availability(policy, &helper());
+    let text = a
+        .facts
+        .iter()
+        .find(|(k, _)| k == "namespaces")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    (!text.starts_with("unavailable"), text)
+}
+
+/// The sandbox the container stage of tests/run-all.sh measured for `auto` in the container it
+/// runs the suite in: `SANDPIT_TEST_LINUX_MODE=namespaces`, or `no-namespaces:WHY[|WHY...]` (the
+/// probe's refusal, as doctor shows it, must contain one of them). Every case of the `linux`
+/// column first asserts it, so a container that gives another sandbox fails the stage instead
+/// of passing in a mode nobody looked at. Unset (the host stages): nothing is expected.
+fn assert_linux_mode(policy: &Policy) {
+    let Ok(expect) = std::env::var("SANDPIT_TEST_LINUX_MODE") else {
+        return;
+    };
+    let (namespaces, fact) = linux_namespaces_fact(policy);
+    match expect.split_once(':') {
+        None if expect == "namespaces" => {
+            assert!(namespaces, "expected namespaces here; doctor says: {fact}")
+        }
+        Some(("no-namespaces", why)) => {
+            assert!(!namespaces, "expected no namespaces here; doctor says: {fact}");
+            assert!(
+                why.split('|').any(|w| fact.contains(w)),
+                "doctor's reason is none of {why:?}: {fact}"
+            );
+        }
+        _ => panic!("SANDPIT_TEST_LINUX_MODE={expect:?}: expected `namespaces` or `no-namespaces:WHY[|WHY...]`"),
+    }
+}
+
+/// The refusal a column must meet where the container stage says `auto` gets no namespaces
+/// (`SANDPIT_TEST_LINUX_MODE=no-namespaces:...`): without Landlock too (`linux_no_landlock`)
+/// nothing would confine the filesystem, so the backend must refuse, saying so.
+fn expected_refusal(backend: &str) -> Option<&'static str> {
+    let mode = std::env::var("SANDPIT_TEST_LINUX_MODE").ok()?;
+    (backend == "linux_no_landlock" && mode.starts_with("no-namespaces"))
+        .then_some("neither namespaces nor Landlock are available")
 }
 
 impl Ctx {

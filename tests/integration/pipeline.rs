@@ -258,6 +258,7 @@ fn via(approver: &Arc<Counting>) -> Via {
         approver: Some(approver.clone()),
         cancel: None,
         workspace: None,
+        tools: None,
     }
 }
 

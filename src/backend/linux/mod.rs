@@ -96,6 +96,19 @@ pub fn probe_main() -> ! {
             }
             Err(e) => return Err(format!("fork into the new PID namespace: {e}")),
         }
+        // The helper's last mount step, into a fresh tmpfs (this namespace's only; no mkdir:
+        // unprivileged, the probe's uid is unmapped in its user namespace).
+        mount(
+            Some("tmpfs"),
+            "/tmp",
+            Some("tmpfs"),
+            MsFlags::empty(),
+            Some("size=1m"),
+        )
+        .map_err(|e| format!("mount tmpfs: {e}"))?;
+        mounts::pivot_into(std::path::Path::new("/tmp")).map_err(|e| {
+            format!("{e} (a seccomp profile does this: Docker's default refuses pivot_root even with --cap-add SYS_ADMIN)")
+        })?;
         Ok(if root {
             "mount, pid, net, ipc, uts namespaces (as root)"
         } else {

@@ -22,6 +22,12 @@
 //         "result":JSON|null,"exception":null|{"type","message","traceback"},"warnings":[...],
 //         "outputs":[{"type","mime","data"}...]}
 //   4. EOF on fd 3: exit 0.
+//   5. Host tools (see "Tool calls" in src/pipeline/wrapper/mod.rs): while a cell runs,
+//      sandpit.tools.NAME(args) writes {"tool_call":{"id":N,"cell":ID,"name":...,"arguments":{...}}}
+//      as one line on fd 4 and returns a promise, settled when the line
+//      {"tool_result":{"id":N,...}} arrives on fd 3 (a line there that starts with "{" is
+//      always an answer, never a request header).  Calls still pending when their cell ends
+//      are rejected (and their late answers dropped).
 //
 // How a cell runs
 //   - A cell that declares no let/const/class runs as a plain script (vm.Script, named
@@ -378,6 +384,7 @@
   function finish(cell, status, exitCode, exception) {
     if (cell.done) return;
     cell.done = true;
+    abandonTools(cell);
 
     let result = 'null';
     let outputs = '[]';
@@ -437,6 +444,92 @@
     else then();
   }
 
+  // ---- host tools ------------------------------------------------------------------------
+  // The global `sandpit` (not enumerable): sandpit.tools.NAME(args) for each tool named in
+  // $SANDPIT_TOOLS, sandpit.call(name, args), sandpit.names(), sandpit.describe(), and
+  // sandpit.ToolError, the class of a refusal or a tool's failure.
+  const toolNames = (process.env.SANDPIT_TOOLS || '').split(',').filter(Boolean);
+  const pendingTools = new Map(); // call id -> {resolve, reject, name, cell, promise}
+  let lastToolId = 0;
+  class ToolError extends Error {
+    constructor(message) {
+      super(message);
+      this.name = 'ToolError';
+    }
+  }
+  function callTool(name, args) {
+    let entry;
+    const promise = new Promise((resolve, reject) => {
+      entry = { resolve, reject, name, cell: current };
+    });
+    entry.promise = promise;
+    try {
+      if (!current || current.done) throw new ToolError('host tools can only be called while a cell runs');
+      if (typeof name !== 'string') throw new TypeError("the tool's name must be a string");
+      if (args === undefined || args === null) args = {};
+      if (typeof args !== 'object' || Array.isArray(args)) throw new TypeError('the arguments must be an object');
+      const body = JSON.stringify(args);
+      const id = ++lastToolId;
+      pendingTools.set(id, entry);
+      writeAll(responseFd, `{"tool_call":{"id":${id},"cell":${current.id},"name":${JSON.stringify(name)},"arguments":${body}}}\n`);
+    } catch (e) {
+      entry.reject(e);
+    }
+    return promise;
+  }
+  function toolAnswer(text) {
+    let answer;
+    try {
+      answer = JSON.parse(text).tool_result;
+    } catch {
+      return;
+    }
+    const entry = answer && pendingTools.get(answer.id);
+    if (!entry) return; // for a call its cell no longer waits for
+    // Cancelled by an interrupt: the SIGINT ends the cell (and abandons the call). Ending it on
+    // this answer instead could leave the signal to land in a later cell.
+    if (answer.cancelled) return;
+    pendingTools.delete(answer.id);
+    if (answer.ok) entry.resolve(answer.result);
+    else entry.reject(new ToolError(`${entry.name}: ${answer.error}`));
+  }
+  // The cell is over: its calls still pending are rejected, quietly (nobody awaits them now).
+  function abandonTools(cell) {
+    for (const [id, entry] of pendingTools) {
+      if (entry.cell !== cell) continue;
+      pendingTools.delete(id);
+      entry.promise.catch(() => {});
+      entry.reject(new ToolError(`${entry.name}: the cell ended before the call finished`));
+    }
+  }
+  function describeTools(name) {
+    let info = [];
+    try {
+      info = JSON.parse(process.env.SANDPIT_TOOLS_INFO || '[]');
+    } catch {}
+    if (name === undefined) return info;
+    const t = info.find((x) => x.name === name);
+    if (!t) throw new ToolError(`no tool named ${JSON.stringify(name)} is declared`);
+    return t;
+  }
+  const toolFunctions = {};
+  for (const n of toolNames) {
+    Object.defineProperty(toolFunctions, n, { value: (args) => callTool(n, args), enumerable: true });
+  }
+  Object.defineProperty(toolFunctions, 'call', { value: callTool });
+  Object.defineProperty(globalThis, 'sandpit', {
+    value: Object.freeze({
+      tools: Object.freeze(toolFunctions),
+      call: callTool,
+      names: () => toolNames.slice(),
+      describe: describeTools,
+      ToolError,
+    }),
+    enumerable: false,
+    configurable: true,
+    writable: true,
+  });
+
   // ---- signals and stray errors ----------------------------------------------------------
   // A SIGINT while a cell waits on a promise ends the cell; between cells it is ignored.
   // (During the synchronous part of a cell the breakOnSigint watchdog takes it instead.)
@@ -466,6 +559,13 @@
       if (header === null) {
         const nl = pending.indexOf(10);
         if (nl < 0) break;
+        if (pending[0] === 0x7b) {
+          // "{": a tool call's answer, never a request header.
+          const text = pending.toString('utf8', 0, nl);
+          pending = pending.subarray(nl + 1);
+          toolAnswer(text);
+          continue;
+        }
         const line = pending.toString('latin1', 0, nl);
         pending = pending.subarray(nl + 1);
         const m = /^(\d+) ([0-9a-f]+) ([01]) (\d+) (\d+)$/.exec(line.trim());

@@ -23,6 +23,10 @@
 #         "result":JSON|null,"exception":null|{"type","message","traceback"},"warnings":[...],
 #         "outputs":[{"type","mime","data"}...]}
 #   4. EOF on fd 3: exit 0.
+#   5. Host tools (see "Tool calls" in src/pipeline/wrapper/mod.rs): while a cell runs,
+#      sandpit_tools.call() writes {"tool_call":{"id":N,"cell":ID,"name":...,"arguments":{...}}}
+#      as one line on fd 4 and reads lines on fd 3 until {"tool_result":{"id":N,...}}.  A line
+#      on fd 3 that starts with "{" where a header is expected is a late answer: skipped.
 #
 # Semantics
 #   - result: the value of the global `result` if the cell bound it (it did not exist before,
@@ -42,6 +46,12 @@
 #   - Cells may use top-level `await` (run on one persistent asyncio event loop).
 #   - Tracebacks name cells "<cell-ID>"; the source (of cells up to 1 MiB) is kept in
 #     linecache, so tracebacks and inspect.getsource() show the lines of any earlier cell.
+#   - `import sandpit_tools` (a module this driver registers): call(name, {...}) and one
+#     function per tool named in $SANDPIT_TOOLS return the tool's result or raise
+#     sandpit_tools.ToolError.  Calls from any thread of the cell are serialized; the cell's
+#     response waits for a call in progress; outside a cell (a thread still running after its
+#     cell) a call raises at once.  Not available to programs the cell starts (subprocess):
+#     the channel never leaves this process.
 #
 # Everything lives inside _driver() so that user code sees none of the driver's names.
 
@@ -123,6 +133,85 @@ def _driver():
     def write_all(fd, data):
         while data:
             data = data[write(fd, data):]
+
+    # ---- host tools ---------------------------------------------------------------------
+    import _thread
+    tool_lock = _thread.allocate_lock()
+    tool_state = [0, 0]  # [the running cell's id (0 between cells), the last call id]
+    tool_names = [n for n in os.environ.get("SANDPIT_TOOLS", "").split(",") if n]
+
+    class ToolError(Exception):
+        """A host tool refused the call or failed; the message says why."""
+
+    ToolError.__module__ = "sandpit_tools"
+
+    def tool_call(name, arguments=None, /, **kwargs):
+        """Calls the host tool `name` with `arguments` (a dict, or keyword arguments) and
+        returns its result (JSON: dicts, lists, strings, numbers, None).  Raises
+        sandpit_tools.ToolError when the host refuses the call or the tool fails."""
+        if not isinstance(name, str):
+            raise TypeError("the tool's name must be a string")
+        if arguments is None:
+            arguments = kwargs
+        elif kwargs:
+            arguments = dict(arguments, **kwargs)
+        if not isinstance(arguments, dict):
+            raise TypeError("the arguments must be a dict (a JSON object)")
+        if os.getpid() != driver_pid:
+            raise ToolError("host tools can only be called from the cell's own process, not a forked one")
+        json = json_module()
+        body = json.dumps(arguments, allow_nan=False, separators=(",", ":"))
+        with tool_lock:
+            cell = tool_state[0]
+            if not cell:
+                raise ToolError("host tools can only be called while a cell runs")
+            tool_state[1] += 1
+            call_id = tool_state[1]
+            write_all(4, ('{"tool_call":{"id":%d,"cell":%d,"name":%s,"arguments":%s}}\n'
+                          % (call_id, cell, json.dumps(name), body)).encode())
+            while True:
+                reply = requests.readline()
+                if not reply.endswith(b"\n"):
+                    raise ToolError("the host closed the channel")
+                try:
+                    answer = json.loads(reply)["tool_result"]
+                except (ValueError, KeyError, TypeError):
+                    continue
+                if answer.get("id") == call_id:
+                    break
+        if answer.get("ok"):
+            return answer.get("result")
+        raise ToolError("%s: %s" % (name, answer.get("error")))
+
+    def tool_function(name):
+        def f(arguments=None, /, **kwargs):
+            return tool_call(name, arguments, **kwargs)
+        f.__name__ = f.__qualname__ = name
+        f.__module__ = "sandpit_tools"
+        f.__doc__ = ("Calls the host tool %r: %s(dict) or %s(key=value, ...); "
+                     "sandpit_tools.describe(%r) says what it does." % (name, name, name, name))
+        return f
+
+    def describe_tools(name=None):
+        """The declared tools ({name, kind, description, enabled, schema}), or one of them."""
+        info = json_module().loads(os.environ.get("SANDPIT_TOOLS_INFO") or "[]")
+        if name is None:
+            return info
+        for t in info:
+            if t.get("name") == name:
+                return t
+        raise ToolError("no tool named %r is declared" % (name,))
+
+    tools_module = types.ModuleType("sandpit_tools")
+    tools_module.__doc__ = ("Host tools the operator declared, called from sandboxed code: "
+                            "call(name, {...}), one function per tool, names(), describe().")
+    tools_module.call = tool_call
+    tools_module.ToolError = ToolError
+    tools_module.names = lambda: list(tool_names)
+    tools_module.describe = describe_tools
+    for n in tool_names:
+        setattr(tools_module, n, tool_function(n))
+    sys.modules["sandpit_tools"] = tools_module
 
     # The namespace cells run in, registered as __main__ so pickle and friends find the
     # classes and functions cells define.
@@ -245,6 +334,8 @@ def _driver():
         elif fd0_is_null:
             os.dup2(tty_fd, 0)
             fd0_is_null = False
+        with tool_lock:
+            tool_state[0], tool_state[1] = cid, 0
         try:
             try:
                 set_signal(sigint, cell_handler)
@@ -331,6 +422,10 @@ def _driver():
             # A process the cell forked (os.fork without exec) reached the end of the cell:
             # it ends here, as if the cell were its whole program; only the driver reports.
             os._exit(0 if status == "ok" else (exit_code or 1) & 0xFF)
+        # The response waits for a tool call another thread has in progress (the host answers
+        # it, or cancels it when it interrupts the cell); later calls raise at once.
+        with tool_lock:
+            tool_state[0] = 0
         marker = b"\x1esandpit-end:" + nonce + b"\x1e"
         for fd in (1, 2):
             try:
@@ -349,6 +444,8 @@ def _driver():
         header = requests.readline()
         if not header:
             break
+        if header.startswith(b"{"):
+            continue  # the answer to a tool call an interrupt abandoned
         try:
             cid, nonce, interactive, plen, clen = header.split()
             cid, plen, clen = int(cid), int(plen), int(clen)

@@ -1,7 +1,9 @@
 //! `sandpit serve`: the HTTP API (`interface.md` §5).
 //!
 //! Routes: `POST /v1/execute` (JSON, or a server-sent event stream with
-//! `Accept: text/event-stream`), `GET /v1/sessions`, `DELETE /v1/sessions/{id}`, `GET /healthz`,
+//! `Accept: text/event-stream`), `GET /v1/sessions`, `DELETE /v1/sessions/{id}`,
+//! `GET /v1/approvals`, `POST /v1/approvals/{id}`, `GET /v1/tool_calls`,
+//! `POST /v1/tool_calls/{call_id}` (the application's answers to `http` tools), `GET /healthz`,
 //! `GET /metrics` (Prometheus text), `GET /openapi.json`. Every error is JSON
 //! `{error: {code, message}}`. Every request passes the Host/Origin check (against DNS
 //! rebinding) and, when a token is set, the bearer-token check (all routes but `/healthz`);
@@ -28,10 +30,11 @@ pub use users::TokenTable;
 
 pub use errors::{ErrorBody, ErrorDetail};
 pub use files::{FileList, Upload, Written};
-pub use routes::{ApprovalList, Health, Killed, Resolved, SessionList};
+pub use routes::{ApprovalList, Health, Killed, Resolved, SessionList, ToolCallList};
 
 use crate::error::Error;
 use crate::pipeline::approval::PendingApprovals;
+use crate::pipeline::tools::PendingToolCalls;
 use crate::server::metrics::Metrics;
 use crate::session::manager::SessionManager;
 use auth::strip_port;
@@ -70,6 +73,8 @@ struct AppState {
     metrics: Arc<Metrics>,
     /// Executions waiting for an operator's decision (`approval.mode` `auto` or `ask`).
     approvals: Arc<PendingApprovals>,
+    /// Calls of `http` tools waiting for the application's answer.
+    tool_calls: Arc<PendingToolCalls>,
 }
 
 async fn shutdown_signal() -> crate::Result<()> {
@@ -178,6 +183,7 @@ pub async fn serve(
                 unix: false,
                 metrics,
                 approvals: Arc::new(PendingApprovals::new()),
+                tool_calls: Arc::new(PendingToolCalls::new()),
             };
             eprintln!("sandpit: listening on http://{local}");
             run(listener, router(state)).await
@@ -219,6 +225,7 @@ async fn serve_unix(
         unix: true,
         metrics,
         approvals: Arc::new(PendingApprovals::new()),
+        tool_calls: Arc::new(PendingToolCalls::new()),
     };
     eprintln!("sandpit: listening on unix:{}", path.display());
     let outcome = run(listener, router(state)).await;
@@ -253,6 +260,8 @@ fn router(state: AppState) -> Router {
         )
         .route("/v1/approvals", get(routes::list_approvals))
         .route("/v1/approvals/{id}", post(routes::decide_approval))
+        .route("/v1/tool_calls", get(routes::list_tool_calls))
+        .route("/v1/tool_calls/{id}", post(routes::answer_tool_call))
         .route("/healthz", get(routes::healthz))
         .route("/metrics", get(routes::metrics))
         .route("/openapi.json", get(openapi::openapi_json))

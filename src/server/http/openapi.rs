@@ -8,13 +8,15 @@ use super::files::{
 // utoipa finds a handler by the `__path_<name>` item its attribute generates; naming the handlers
 // bare (not `routes::execute`) keeps the document as it was, without a `routes` tag.
 use super::routes::{
-    __path_decide_approval, __path_execute, __path_healthz, __path_kill_session,
-    __path_list_approvals, __path_list_sessions, __path_metrics, ApprovalList, Health, Killed,
-    Resolved, SessionList,
+    __path_answer_tool_call, __path_decide_approval, __path_execute, __path_healthz,
+    __path_kill_session, __path_list_approvals, __path_list_sessions, __path_list_tool_calls,
+    __path_metrics, ApprovalList, Health, Killed, Resolved, SessionList, ToolCallList,
 };
-use crate::pipeline::approval::{ApprovalRequest, Decision};
+use crate::pipeline::approval::{ApprovalKind, ApprovalRequest, Decision};
+use crate::pipeline::tools::{ToolAnswer, ToolCallEvent};
 use crate::session::manager::SessionInfo;
 use crate::types::{ExecRequest, ExecResult};
+use crate::types::{ToolCallStatus, ToolCallSummary};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use utoipa::OpenApi;
@@ -34,14 +36,22 @@ use utoipa::OpenApi;
         write_file,
         list_approvals,
         decide_approval,
+        list_tool_calls,
+        answer_tool_call,
         healthz,
         metrics,
         openapi_json
     ),
     components(schemas(
         ApprovalList,
+        ApprovalKind,
         ApprovalRequest,
         Decision,
+        ToolCallList,
+        ToolCallEvent,
+        ToolAnswer,
+        ToolCallSummary,
+        ToolCallStatus,
         Resolved,
         ExecRequest,
         ExecResult,
