@@ -136,6 +136,7 @@ pub fn linux_namespaces(policy: &Policy) -> bool {
 }
 
 /// doctor's "namespaces" line for the native backend: whether sessions get them, and the text.
+#[cfg(target_os = "linux")]
 fn linux_namespaces_fact(policy: &Policy) -> (bool, String) {
     let a = sandpit::backend::linux::availability(policy, &helper());
     let text = a
@@ -145,6 +146,15 @@ fn linux_namespaces_fact(policy: &Policy) -> (bool, String) {
         .map(|(_, v)| v.clone())
         .unwrap_or_default();
     (!text.starts_with("unavailable"), text)
+}
+
+/// Off Linux there is no native Linux backend (its columns skip before asking).
+#[cfg(not(target_os = "linux"))]
+fn linux_namespaces_fact(_policy: &Policy) -> (bool, String) {
+    (
+        false,
+        "unavailable: the native Linux backend needs Linux".into(),
+    )
 }
 
 /// The sandbox the container stage of tests/run-all.sh measured for `auto` in the container it

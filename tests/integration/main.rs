@@ -17,6 +17,8 @@
 mod common;
 
 mod cli;
+// Linux's seccomp filters, pivot_root and process_vm_readv.
+#[cfg(target_os = "linux")]
 mod container_seccomp;
 mod http;
 mod macos_init;
