@@ -128,6 +128,7 @@ needs_openat2=(
   # the macOS spawner's sessions (stand-in sandbox-exec) measure their disk use like any other
   backend::macos::tests::sessions_run_through_sandbox_exec_with_the_plan
   backend::macos::tests::the_memory_watcher_ends_a_sandbox_beyond_its_limit
+  backend::macos::tests::host_tools_are_called_through_the_session_channels
 )
 needs_process_vm_readv=(
   # the metadata supervisor reads the path a sandbox passed from the sandbox's memory

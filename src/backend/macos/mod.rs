@@ -619,6 +619,76 @@ exec "$@"
         assert!(left.is_empty(), "{left:?}");
     }
 
+    /// Host tools reach the host through this spawner in each language, over the session's
+    /// own channels: no descriptor, socket or path beyond what the profile already allows. The
+    /// bash driver's lock and cell files land in the session's private tmp (`$TMPDIR`, read-write
+    /// in the profile), and the lock is gone after the call (its `command -p rm` ran).
+    #[test]
+    fn host_tools_are_called_through_the_session_channels() {
+        use crate::pipeline::redact::Redactor;
+        use crate::pipeline::tools::{ScopeContext, ToolBroker};
+        use crate::policy::tools::{ToolConfig, ToolKind};
+        let Some(mut f) = fixture() else { return };
+        f.policy.tools = vec![ToolConfig {
+            name: "echo".into(),
+            kind: ToolKind::Command,
+            description: "answers with its arguments".into(),
+            command: vec!["/bin/cat".into()],
+            ..Default::default()
+        }];
+        f.policy.check().unwrap();
+        let broker =
+            Arc::new(ToolBroker::new(&f.policy, Arc::new(Redactor::disabled()), None).unwrap());
+        f.rt.block_on(async {
+            for (lang, code) in [
+                (
+                    Language::Python,
+                    "import sandpit_tools\nresult = sandpit_tools.echo({'n': 41})['n'] + 1",
+                ),
+                (
+                    Language::Javascript,
+                    "let result = (await sandpit.tools.echo({n: 41})).n + 1",
+                ),
+                (
+                    Language::Bash,
+                    "sandpit-tool echo '{\"n\": 42}' && ls -A \"$TMPDIR\"",
+                ),
+            ] {
+                let mut s = Session::start(&f.policy, f.backend.clone(), config(&f, lang))
+                    .await
+                    .unwrap();
+                let mut opts = ExecOptions::with_timeout(Duration::from_secs(30));
+                opts.tools =
+                    Some(broker.scope(ScopeContext::plain("library", "default", None, lang)));
+                let r = s.execute(code, opts).await.unwrap();
+                assert_eq!(r.status, crate::types::Status::Ok, "{lang}: {r:?}");
+                assert_eq!(r.tool_calls.len(), 1, "{lang}: {r:?}");
+                assert_eq!(
+                    r.tool_calls[0].status,
+                    crate::types::ToolCallStatus::Ok,
+                    "{lang}: {r:?}"
+                );
+                match lang {
+                    Language::Bash => {
+                        let mut lines = r.stdout.lines();
+                        assert_eq!(lines.next(), Some(r#"{"n":42}"#), "{r:?}");
+                        let files: Vec<&str> = lines.collect();
+                        assert!(
+                            files.iter().any(|l| l.starts_with(".sandpit-tool-cell.")),
+                            "{r:?}"
+                        );
+                        assert!(
+                            !files.iter().any(|l| l.starts_with(".sandpit-tool-lock.")),
+                            "{r:?}"
+                        );
+                    }
+                    _ => assert_eq!(r.result, Some(serde_json::json!(42)), "{lang}: {r:?}"),
+                }
+                s.kill().await;
+            }
+        });
+    }
+
     #[test]
     fn the_memory_watcher_ends_a_sandbox_beyond_its_limit() {
         let Some(f) = fixture() else { return };
