@@ -415,6 +415,26 @@ pub fn host_process_with(needle: &str) -> bool {
     })
 }
 
+/// Whether host process `pid` exists and is not a zombie (`/proc/PID/stat`, else `ps`).
+pub fn host_process_runs(pid: i32) -> bool {
+    // SAFETY: kill with signal 0 only checks that the process exists.
+    if unsafe { libc::kill(pid, 0) } != 0 {
+        return false;
+    }
+    if std::path::Path::new("/proc/self/stat").exists() {
+        // The state follows the command name in parentheses.
+        return !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap_or_default()
+            .contains(") Z ");
+    }
+    let out = std::process::Command::new("ps")
+        .args(["-o", "stat=", "-p", &pid.to_string()])
+        .output()
+        .expect("run ps");
+    let state = String::from_utf8_lossy(&out.stdout);
+    !state.trim().is_empty() && !state.trim().starts_with('Z')
+}
+
 /// Generates one #[test] per (case, backend): `matrix!(module; [backends]; cases...)`.
 #[macro_export]
 macro_rules! matrix {
