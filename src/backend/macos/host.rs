@@ -189,6 +189,12 @@ mod tests {
             .spawn()
             .unwrap();
         let pid = child.id() as i32;
+        // qemu-user runs posix_spawn's vfork as a plain fork: the spawn returns before the
+        // child has made its group (at once on a real kernel).
+        let t = std::time::Instant::now();
+        while group_members(pid).is_empty() && t.elapsed() < std::time::Duration::from_secs(10) {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         // SAFETY: getuid has no preconditions.
         let uid = unsafe { libc::getuid() };
         let (bytes, n) = group_footprint(pid);
