@@ -24,8 +24,9 @@ pub use session::{ExecOptions, OutputEvent, Session};
 pub use types::{ExecRequest, ExecResult, Language, Status};
 
 /// Runs the helper stage when this process was started as one (`__sandbox-helper`,
-/// `__sandbox-probe`); otherwise returns. A program that embeds sandpit as a library and uses
-/// the native Linux backend calls this first thing in `main`, before any thread starts.
+/// `__sandbox-probe` on Linux, `__sandbox-macos-init` inside a macOS sandbox); otherwise
+/// returns. A program that embeds sandpit as a library and uses the native Linux or macOS
+/// backend calls this first thing in `main`, before any thread starts.
 pub fn maybe_run_helper() {
     #[cfg(target_os = "linux")]
     {
@@ -38,6 +39,14 @@ pub fn maybe_run_helper() {
             }
             Some(backend::linux::PROBE_ARG) => backend::linux::probe_main(),
             _ => {}
+        }
+    }
+    #[cfg(unix)]
+    {
+        let mut args = std::env::args();
+        let _ = args.next();
+        if args.next().as_deref() == Some(backend::macos::INIT_ARG) {
+            backend::macos::init::main(args)
         }
     }
 }

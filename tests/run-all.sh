@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs what it needs, checks formatting and
-# lints, runs the unit tests (also for aarch64, under qemu-user: tests/aarch64.sh), then the
+# lints, runs the unit tests (also for aarch64, under qemu-user: tests/aarch64.sh), checks and
+# builds sandpit for macOS (aarch64- and x86_64-apple-darwin, cargo-zigbuild), then the
 # conformance suite against every available backend (as root inside a throwaway PID namespace,
 # and again as an unprivileged user), and its native columns inside containers (as root).
 # Usage: bash tests/run-all.sh        (CI runs exactly this through .ci/run)
@@ -59,6 +60,53 @@ say "the crate's dependency order: no import circles, no upward imports (tests/l
 # Installs the cross toolchain and qemu when missing (root); under CI=true it must run.
 say "aarch64: cross build, unit tests and the binary under qemu-user (tests/aarch64.sh)"
 bash tests/aarch64.sh
+
+# --- macOS (issue 11): clippy for both Apple targets, linked Mach-O binaries ---------------
+# The macOS backend is checked here as far as Linux can: the profile's goldens, its quoting
+# and parameter tests, the spawner with a stand-in sandbox-exec and the open_beneath walk (unit
+# tests, run again here by name); clippy with -D warnings on every target (tests included) for
+# aarch64- and x86_64-apple-darwin, so Linux-only code outside cfg(target_os = "linux") fails
+# here; and release builds for both, linked by Zig (PyPI: ziglang, cargo-zigbuild) and checked
+# to be Mach-O binaries of their architecture. Enforcement is checked only on a Mac
+# (tests/macos-smoke.sh).
+say "macOS: the profile's tests; clippy, and a release build, for aarch64- and x86_64-apple-darwin (cargo-zigbuild)"
+cargo test --quiet --lib -- backend::macos util::beneath
+macos_targets=(aarch64-apple-darwin x86_64-apple-darwin)
+macos_ready=true
+for t in "${macos_targets[@]}"; do
+  rustup target list --installed 2>/dev/null | grep -qx "$t" \
+    || rustup target add "$t" >/dev/null 2>&1 || macos_ready=false
+done
+# cargo-zigbuild from PyPI lands in that Python's scripts directory (not always on PATH, e.g.
+# under pyenv until a rehash); it runs Zig as `zig` or as `python3 -m ziglang`.
+macos_path="$PATH:$(python3 -c 'import site, sysconfig; print(sysconfig.get_path("scripts") + ":" + site.getuserbase() + "/bin")' 2>/dev/null || true)"
+macos_tools() {
+  PATH="$macos_path" command -v cargo-zigbuild >/dev/null \
+    && { command -v zig >/dev/null || python3 -m ziglang version >/dev/null 2>&1; }
+}
+if [ "$macos_ready" = true ] && ! macos_tools; then
+  python3 -m pip install --quiet --disable-pip-version-check ziglang cargo-zigbuild >/dev/null 2>&1 || true
+  macos_tools || macos_ready=false
+fi
+if [ "$macos_ready" = true ]; then
+  for t in "${macos_targets[@]}"; do
+    PATH="$macos_path" MACOSX_DEPLOYMENT_TARGET=11.0 \
+      cargo-zigbuild clippy --quiet -j 2 --all-targets --target "$t" -- -D warnings
+  done
+  # A 64-bit Mach-O (cf fa ed fe), CPU type arm64 (0c 00 00 01) or x86-64 (07 00 00 01).
+  for t in "${macos_targets[@]}"; do
+    PATH="$macos_path" MACOSX_DEPLOYMENT_TARGET=11.0 \
+      cargo-zigbuild zigbuild --quiet -j 2 --release --target "$t"
+    case $t in aarch64-*) want=cffaedfe0c000001 ;; *) want=cffaedfe07000001 ;; esac
+    magic=$(od -An -tx1 -N8 "target/$t/release/sandpit" | tr -d ' \n')
+    [ "$magic" = "$want" ] || { echo "target/$t/release/sandpit is not a Mach-O for $t: $magic" >&2; exit 1; }
+  done
+elif [ "${CI:-}" = true ]; then
+  echo "CI=true and the macOS toolchain (rustup targets ${macos_targets[*]}, pip ziglang cargo-zigbuild) could not be installed" >&2
+  exit 1
+else
+  echo "SKIPPED: the macOS stage's builds (could not install the rustup targets ${macos_targets[*]} or ziglang/cargo-zigbuild)"
+fi
 
 # --- The Docker engine and the sandbox image (root only: dockerd needs it); the integration
 # tests below run on the Docker backend too -------------------------------------------------

@@ -15,6 +15,8 @@ pub mod disk;
 pub mod docker;
 #[cfg(target_os = "linux")]
 pub mod linux;
+#[cfg(unix)]
+pub mod macos;
 pub mod pty_spawn;
 #[cfg(unix)]
 pub mod session_dirs;
@@ -355,10 +357,7 @@ fn availability(kind: BackendKind, policy: &Policy, helper: &std::path::Path) ->
         #[cfg(not(target_os = "linux"))]
         BackendKind::Linux => unavailable(kind, "the native Linux backend needs Linux"),
         BackendKind::Docker => docker::availability(),
-        BackendKind::Macos => unavailable(
-            kind,
-            "needs macOS (sandbox-exec); not built yet in this version",
-        ),
+        BackendKind::Macos => macos::availability(policy, helper),
         BackendKind::Wasi => unavailable(
             kind,
             "not built yet in this version of sandpit (wasmtime fallback)",
@@ -418,6 +417,10 @@ pub async fn select(
                 helper.to_path_buf(),
             )),
             BackendKind::Docker => std::sync::Arc::new(docker::DockerBackend::connect().await?),
+            BackendKind::Macos => std::sync::Arc::new(macos::MacosBackend::new(
+                policy.clone(),
+                helper.to_path_buf(),
+            )),
             BackendKind::Unsandboxed => std::sync::Arc::new(unsandboxed::UnsandboxedBackend::new(
                 policy.interpreters.clone(),
             )),
@@ -470,6 +473,35 @@ mod tests {
         assert!(
             msg.contains("/nonexistent/node") && msg.contains("SANDPIT_NODE"),
             "{msg}"
+        );
+    }
+
+    #[test]
+    fn auto_picks_the_native_backend_of_the_os_after_docker() {
+        let report = |available: &[BackendKind]| -> Vec<Availability> {
+            BackendKind::ALL
+                .iter()
+                .map(|k| Availability {
+                    backend: *k,
+                    available: available.contains(k),
+                    detail: format!("{} detail", k.as_str()),
+                    facts: vec![],
+                })
+                .collect()
+        };
+        use BackendKind::*;
+        // A Mac without Docker: macOS. With Docker (engine and image): Docker.
+        assert_eq!(auto_pick(&report(&[Macos, Unsandboxed])), Ok(Macos));
+        assert_eq!(
+            auto_pick(&report(&[Docker, Macos, Unsandboxed])),
+            Ok(Docker)
+        );
+        assert_eq!(auto_pick(&report(&[Linux, Unsandboxed])), Ok(Linux));
+        // Never the unsandboxed one; the reasons say why each was passed over.
+        let e = auto_pick(&report(&[Unsandboxed])).unwrap_err();
+        assert!(
+            e.contains("macos: macos detail") && e.contains("linux: linux detail"),
+            "{e}"
         );
     }
 

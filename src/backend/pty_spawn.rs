@@ -23,8 +23,7 @@ fn configure_terminal(fd: impl AsFd) -> Result<()> {
 /// A pipe whose ends are close-on-exec and numbered >= 10, so the child's dup2 onto 3 and 4
 /// can never clobber one with the other.
 fn pipe_high() -> Result<(OwnedFd, OwnedFd)> {
-    let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-        .map_err(|e| Error::sandbox(format!("pipe: {e}")))?;
+    let (r, w) = crate::util::pipe(false).map_err(|e| Error::io("pipe", e))?;
     let high = |fd: OwnedFd| -> Result<OwnedFd> {
         let n = nix::fcntl::fcntl(fd.as_raw_fd(), nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(10))
             .map_err(|e| Error::sandbox(format!("fcntl(F_DUPFD_CLOEXEC): {e}")))?;
@@ -62,12 +61,65 @@ pub struct Extras {
     pub disk: Option<super::disk::DiskCap>,
 }
 
+/// The session terminal: a fresh PTY, configured (see [`configure_terminal`]). Opened before
+/// the spawn by backends whose plan names the terminal device (the macOS profile allows the
+/// sandbox its own terminal and no other).
+pub struct Terminal {
+    pty: pty_process::Pty,
+    pts: pty_process::Pts,
+}
+
+impl Terminal {
+    /// Opens a PTY pair. Call from within the tokio runtime (the master is registered with it).
+    pub fn open() -> Result<Terminal> {
+        let (pty, pts) =
+            pty_process::open().map_err(|e| Error::sandbox(format!("open a pty: {e}")))?;
+        configure_terminal(&pts)?;
+        Ok(Terminal { pty, pts })
+    }
+
+    /// The terminal device the sandbox gets (`/dev/pts/N`, `/dev/ttysNNN`).
+    pub fn device(&self) -> Result<PathBuf> {
+        nix::unistd::ttyname(&self.pts)
+            .map_err(|e| Error::sandbox(format!("name the session terminal: {e}")))
+    }
+}
+
+/// What the child applies to itself between fork and exec, beyond the session channels.
+#[derive(Debug, Clone, Default)]
+pub struct PreExec {
+    /// Resource limits, set as soft = hard, in order. Each resource must be one this platform
+    /// has ([`rlimit::Resource::is_supported`]; [`spawn_on`] checks before it forks).
+    pub rlimits: Vec<(rlimit::Resource, u64)>,
+}
+
 /// Spawns `program` as a session leader on a new PTY with the session channels.
 /// Call from within the tokio runtime (a worker thread, not `spawn_blocking`: the child's
 /// parent-death signal follows the spawning thread).
-pub fn spawn(program: Program, mut extras: Extras) -> Result<Launched> {
-    let (pty, pts) = pty_process::open().map_err(|e| Error::sandbox(format!("open a pty: {e}")))?;
-    configure_terminal(&pts)?;
+pub fn spawn(program: Program, extras: Extras) -> Result<Launched> {
+    spawn_on(Terminal::open()?, program, PreExec::default(), extras)
+}
+
+/// [`spawn`] on a terminal opened beforehand, applying `pre_exec` in the child.
+pub fn spawn_on(
+    terminal: Terminal,
+    program: Program,
+    pre_exec: PreExec,
+    mut extras: Extras,
+) -> Result<Launched> {
+    if let Some((r, _)) = pre_exec.rlimits.iter().find(|(r, _)| !r.is_supported()) {
+        return Err(Error::sandbox(format!(
+            "the resource limit {} does not exist on this platform",
+            r.as_name()
+        )));
+    }
+    let Terminal { pty, pts } = terminal;
+    // Kept for `flush_terminal_input`: the spawn takes the terminal itself (pty-process hands
+    // a borrowed one only where the OS lets a terminal outlive its session leader, not macOS).
+    let pts_kept = pts
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(|e| Error::io("dup the session terminal", e))?;
     let (err_r, err_w) = pipe_high()?;
     let (req_r, req_w) = pipe_high()?;
     let (resp_r, resp_w) = pipe_high()?;
@@ -81,10 +133,13 @@ pub fn spawn(program: Program, mut extras: Extras) -> Result<Launched> {
     if let Some(cwd) = &program.cwd {
         cmd = cmd.current_dir(cwd);
     }
-    // SAFETY: the closure only calls dup2 and signal (async-signal-safe, no allocation); the
+    let rlimits = pre_exec.rlimits;
+    // SAFETY: the closure only calls dup2, signal and setrlimit (async-signal-safe) and
+    // allocates nothing: it iterates a vector it owns, and `Resource::set` on a supported
+    // resource (checked above) is one setrlimit call whose error is the OS error, unboxed. The
     // descriptors stay open in the parent until spawn returns; both are >= 10, so neither dup2
     // overwrites the other's source.
-    let mut cmd = unsafe {
+    let cmd = unsafe {
         cmd.pre_exec(move || {
             if libc::dup2(req_fd, 3) < 0 || libc::dup2(resp_fd, 4) < 0 {
                 return Err(std::io::Error::last_os_error());
@@ -94,11 +149,14 @@ pub fn spawn(program: Program, mut extras: Extras) -> Result<Launched> {
             // the code. The session's interrupt is SIGINT, so it starts at the default.
             libc::signal(libc::SIGINT, libc::SIG_DFL);
             libc::signal(libc::SIGQUIT, libc::SIG_DFL);
+            for (resource, value) in &rlimits {
+                resource.set(*value, *value)?;
+            }
             Ok(())
         })
     };
     let mut child = cmd
-        .spawn_borrowed(&pts)
+        .spawn(pts)
         .map_err(|e| Error::sandbox(format!("spawn {}: {e}", program.path.display())))?;
     drop((req_r, resp_w));
     let pgid = child
@@ -134,7 +192,7 @@ pub fn spawn(program: Program, mut extras: Extras) -> Result<Launched> {
         control: Box::new(PtyControl {
             child: tokio::sync::Mutex::new(child),
             pgid,
-            pts,
+            pts: pts_kept,
             extras,
         }),
     })
@@ -143,7 +201,8 @@ pub fn spawn(program: Program, mut extras: Extras) -> Result<Launched> {
 struct PtyControl {
     child: tokio::sync::Mutex<tokio::process::Child>,
     pgid: i32,
-    pts: pty_process::Pts,
+    /// The terminal's slave side, for flushing its input.
+    pts: OwnedFd,
     extras: Extras,
 }
 

@@ -520,6 +520,7 @@ fn bare_loop_args(lang: Language) -> Vec<&'static str> {
 }
 
 /// Proportional set size of every process in `pgid`, in kB.
+#[cfg(target_os = "linux")]
 fn group_pss_kb(pgid: i32) -> Option<u64> {
     let mut total = 0;
     for pid in crate::backend::linux::procfs::pids() {
@@ -530,6 +531,13 @@ fn group_pss_kb(pgid: i32) -> Option<u64> {
     Some(total)
 }
 
+/// No `/proc` to read it from here.
+#[cfg(not(target_os = "linux"))]
+fn group_pss_kb(_pgid: i32) -> Option<u64> {
+    None
+}
+
+/// From `/proc` (Linux; `None` elsewhere).
 fn pss_kb(pid: i32) -> Option<u64> {
     let t = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
     t.lines()

@@ -17,12 +17,12 @@
 //!   the cap to begin with). As root the thread runs at a raised priority, so a sandbox busy on
 //!   every core does not delay it.
 
+use crate::backend::disk::notify::{self, Notifier};
 use crate::backend::disk::usage::{self, Usage};
 use crate::backend::disk::{self, DiskCap, DiskLimit};
 use crate::backend::SandboxControl;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::{mpsc, Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
@@ -83,21 +83,18 @@ impl SessionDisk {
             .unwrap_or_else(|_| First::take(&[]));
         let killed = Arc::new(Mutex::new(None));
         let (requests, rx) = mpsc::channel();
-        let started =
-            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
-                .map_err(std::io::Error::from)
-                .and_then(|(wake_r, wake_w)| {
-                    let (cap, control, killed) = (cap.clone(), control.clone(), killed.clone());
-                    // Kills from the thread may spawn on the runtime (the Docker backend's do).
-                    let runtime = tokio::runtime::Handle::try_current().ok();
-                    std::thread::Builder::new()
-                        .name("sandpit-disk".into())
-                        .spawn(move || {
-                            let _entered = runtime.as_ref().map(|h| h.enter());
-                            watch(cap, control, killed, rx, wake_r, first)
-                        })
-                        .map(|_| wake_w)
-                });
+        let started = crate::util::pipe(true).and_then(|(wake_r, wake_w)| {
+            let (cap, control, killed) = (cap.clone(), control.clone(), killed.clone());
+            // Kills from the thread may spawn on the runtime (the Docker backend's do).
+            let runtime = tokio::runtime::Handle::try_current().ok();
+            std::thread::Builder::new()
+                .name("sandpit-disk".into())
+                .spawn(move || {
+                    let _entered = runtime.as_ref().map(|h| h.enter());
+                    watch(cap, control, killed, rx, wake_r, first)
+                })
+                .map(|_| wake_w)
+        });
         let wake = match started {
             Ok(wake) => Some(wake),
             Err(e) => {
@@ -175,7 +172,7 @@ impl SessionDisk {
 /// The watcher's first measurement: its inotify instance (with every directory then present
 /// watched), and the figures the session's usage counts from.
 struct First {
-    notifier: Option<Inotify>,
+    notifier: Option<Notifier>,
     base: Option<Usage>,
     watched: bool,
     took: Duration,
@@ -183,12 +180,12 @@ struct First {
 
 impl First {
     fn take(roots: &[std::path::PathBuf]) -> First {
-        let notifier = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).ok();
+        let notifier = Notifier::new();
         let started = Instant::now();
         let mut watched = notifier.is_some();
         let base = usage::measure(roots, &mut |fd| {
             if let Some(n) = &notifier {
-                watched &= add_watch(n, fd);
+                watched &= n.watch(fd);
             }
         });
         if let Err(e) = &base {
@@ -297,39 +294,6 @@ fn mb(bytes: u64) -> String {
 /// (a fork bomb beside it, or itself) must not delay the walk that stops it.
 const WATCHER_NICE: i32 = -10;
 
-/// Raises the calling thread's priority to [`WATCHER_NICE`] when allowed; unprivileged, it
-/// stays as it is.
-fn prioritize_this_thread() {
-    // SAFETY: gettid and setpriority take and return plain integers; on Linux PRIO_PROCESS with
-    // a thread id sets that thread's nice value alone.
-    let r = unsafe {
-        let tid = libc::gettid();
-        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, WATCHER_NICE)
-    };
-    if r != 0 {
-        tracing::trace!(error = %std::io::Error::last_os_error(), "disk cap: the watcher keeps its priority");
-    }
-}
-
-/// Watches the directory open as `dir` for writes and new entries.
-fn add_watch(n: &Inotify, dir: BorrowedFd<'_>) -> bool {
-    let mask = AddWatchFlags::IN_MODIFY | AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO;
-    let path = format!("/proc/self/fd/{}", dir.as_raw_fd());
-    n.add_watch(path.as_str(), mask).is_ok()
-}
-
-/// Reads every queued event; whether there was any.
-fn drain_events(n: &Inotify) -> bool {
-    let mut any = false;
-    while let Ok(events) = n.read_events() {
-        if events.is_empty() {
-            break;
-        }
-        any = true;
-    }
-    any
-}
-
 /// The watcher thread: see the module documentation. Ends when the sandbox is killed or the
 /// session lets go of it (the wake-up pipe closes).
 fn watch(
@@ -340,7 +304,7 @@ fn watch(
     wake: OwnedFd,
     first: First,
 ) {
-    prioritize_this_thread();
+    notify::prioritize_this_thread(WATCHER_NICE);
     let First {
         notifier,
         mut base,
@@ -365,7 +329,7 @@ fn watch(
             let mut all_watched = notifier.is_some();
             let u = usage::measure(&cap.accounted, &mut |fd| {
                 if let Some(n) = &notifier {
-                    all_watched &= add_watch(n, fd);
+                    all_watched &= n.watch(fd);
                 }
             });
             walked_at = Instant::now();
@@ -429,14 +393,14 @@ fn watch(
             .is_some_and(|r| r.contains(PollFlags::POLLIN));
         drop(fds);
         if events {
-            dirty |= notifier.as_ref().is_some_and(drain_events);
+            dirty |= notifier.as_ref().is_some_and(Notifier::drain);
         }
         if woken.contains(PollFlags::POLLIN) {
             let mut buf = [0u8; 64];
             while matches!(nix::unistd::read(wake.as_raw_fd(), &mut buf), Ok(n) if n > 0) {}
             while let Ok(tx) = requests.try_recv() {
                 // Writes whose events the kernel queued but this thread has not read yet.
-                let queued = notifier.as_ref().is_some_and(drain_events);
+                let queued = notifier.as_ref().is_some_and(Notifier::drain);
                 dirty |= queued || !watched;
                 if dirty {
                     waiting.push(tx);

@@ -1,8 +1,9 @@
 //! Files in and out of the workspace (`files`, `output_files`). The sandboxed code controls the
-//! workspace, so every path is resolved by the kernel with `openat2(RESOLVE_BENEATH |
-//! RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)` from a descriptor of the workspace: no `..`,
-//! absolute path or symlink (even one swapped in mid-way) can make the host read or write
-//! outside it. Input files are written under a fresh name and renamed into place, so a hard link
+//! workspace, so every path is resolved beneath a descriptor of the workspace
+//! (`util::open_beneath`: `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+//! RESOLVE_NO_MAGICLINKS)` on Linux, a component-by-component `openat` with `O_NOFOLLOW` on
+//! macOS): no `..`, absolute path or symlink (even one swapped in mid-way) can make the host
+//! read or write outside it. Input files are written under a fresh name and renamed into place, so a hard link
 //! planted at their path is replaced, never written through. Output files must be regular files
 //! with a single link (no FIFOs, devices, or hard links that could name a file elsewhere) and are
 //! size-capped.
@@ -32,20 +33,15 @@ fn check_relative(path: &str) -> Result<&Path> {
     Ok(p)
 }
 
+/// `path` beneath `dir`: no `..`, absolute path or symlink anywhere (`util::open_beneath`).
 fn open_beneath(dir: &OwnedFd, path: &Path, flags: i32, mode: u32) -> std::io::Result<OwnedFd> {
-    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
-        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
-    let mode = if flags & libc::O_CREAT != 0 {
-        mode as u64
-    } else {
-        0
-    };
-    crate::util::openat2(
-        dir.as_raw_fd(),
-        &c,
-        flags | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+    use std::os::fd::AsFd;
+    crate::util::open_beneath(
+        dir.as_fd(),
+        path,
+        flags,
         mode,
-        libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS,
+        crate::util::Beneath::default(),
     )
 }
 

@@ -12,14 +12,20 @@ use std::time::Duration;
 
 /// Backends that CI must be able to run (a skip of one of these under CI=true fails).
 /// Docker is required where CI runs as root (tests/run-all.sh starts the engine and builds the
-/// image); an unprivileged run cannot use the engine, and says so.
+/// image); an unprivileged run cannot use the engine, and says so. The native backend is the
+/// host's own: the Linux columns on Linux, `macos` on a Mac (tests/macos-smoke.sh); elsewhere
+/// each skips with the reason ("needs macOS"; the Linux backend's columns say why Linux is needed).
 pub fn required_in_ci(backend: &str) -> bool {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
-    matches!(
+    let linux = cfg!(target_os = "linux");
+    (matches!(
         backend,
-        "linux" | "linux_no_ns" | "linux_no_ns_abi4" | "linux_no_landlock" | "unsandboxed"
-    ) || (backend == "docker" && root)
+        "linux" | "linux_no_ns" | "linux_no_ns_abi4" | "linux_no_landlock"
+    ) && linux)
+        || (backend == "macos" && cfg!(target_os = "macos"))
+        || backend == "unsandboxed"
+        || (backend == "docker" && root && linux)
 }
 
 pub struct Ctx {
@@ -157,6 +163,7 @@ pub fn linux_namespaces(policy: &Policy) -> bool {
 }
 
 /// doctor's "namespaces" line for the native backend: whether sessions get them, and the text.
+#[cfg(target_os = "linux")]
 fn linux_namespaces_fact(policy: &Policy) -> (bool, String) {
     let a = sandpit::backend::linux::availability(policy, &helper());
     let text = a
@@ -166,6 +173,15 @@ fn linux_namespaces_fact(policy: &Policy) -> (bool, String) {
         .map(|(_, v)| v.clone())
         .unwrap_or_default();
     (!text.starts_with("unavailable"), text)
+}
+
+/// Off Linux there is no native Linux backend (its columns skip before asking).
+#[cfg(not(target_os = "linux"))]
+fn linux_namespaces_fact(_policy: &Policy) -> (bool, String) {
+    (
+        false,
+        "unavailable: the native Linux backend needs Linux".into(),
+    )
 }
 
 /// The sandbox the container stage of tests/run-all.sh measured for `auto` in the container it
@@ -379,9 +395,42 @@ impl DuSampler {
     }
 }
 
-/// Whether any process on the host has `needle` in its command line.
+/// The host pids of the processes with `needle` in their command line (`/proc`, else `ps`).
+pub fn host_pids_with(needle: &str) -> Vec<i32> {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        let out = std::process::Command::new("ps")
+            .args(["-axww", "-o", "pid=,command="])
+            .output()
+            .expect("run ps");
+        return String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.contains(needle))
+            .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+            .collect();
+    };
+    procs
+        .flatten()
+        .filter_map(|e| {
+            let pid: i32 = e.file_name().to_string_lossy().parse().ok()?;
+            let c = std::fs::read(e.path().join("cmdline")).ok()?;
+            String::from_utf8_lossy(&c)
+                .replace('\0', " ")
+                .contains(needle)
+                .then_some(pid)
+        })
+        .collect()
+}
+
+/// Whether any process on the host has `needle` in its command line (`/proc`, else `ps`).
 pub fn host_process_with(needle: &str) -> bool {
-    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        let out = std::process::Command::new("ps")
+            .args(["-axww", "-o", "command="])
+            .output()
+            .expect("run ps");
+        return String::from_utf8_lossy(&out.stdout).contains(needle);
+    };
+    procs.flatten().any(|e| {
         e.file_name().to_string_lossy().parse::<u32>().is_ok()
             && std::fs::read(e.path().join("cmdline"))
                 .map(|c| {
@@ -391,6 +440,26 @@ pub fn host_process_with(needle: &str) -> bool {
                 })
                 .unwrap_or(false)
     })
+}
+
+/// Whether host process `pid` exists and is not a zombie (`/proc/PID/stat`, else `ps`).
+pub fn host_process_runs(pid: i32) -> bool {
+    // SAFETY: kill with signal 0 only checks that the process exists.
+    if unsafe { libc::kill(pid, 0) } != 0 {
+        return false;
+    }
+    if std::path::Path::new("/proc/self/stat").exists() {
+        // The state follows the command name in parentheses.
+        return !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap_or_default()
+            .contains(") Z ");
+    }
+    let out = std::process::Command::new("ps")
+        .args(["-o", "stat=", "-p", &pid.to_string()])
+        .output()
+        .expect("run ps");
+    let state = String::from_utf8_lossy(&out.stdout);
+    !state.trim().is_empty() && !state.trim().starts_with('Z')
 }
 
 /// Generates one #[test] per (case, backend): `matrix!(module; [backends]; cases...)`.

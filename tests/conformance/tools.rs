@@ -446,12 +446,7 @@ sandpit-tool kb_lookup '{}' 2>&1; echo "rc=$?"
                     .unwrap();
                 let mut gone = false;
                 for _ in 0..1000 {
-                    // SAFETY: kill with signal 0 only checks that the process exists.
-                    let alive = unsafe { libc::kill(pid, 0) } == 0
-                        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                            .unwrap_or_default()
-                            .contains(") Z ");
-                    if !alive {
+                    if !crate::common::host_process_runs(pid) {
                         gone = true;
                         break;
                     }
@@ -679,6 +674,8 @@ result = out
         let code = format!(
             r#"
 line='{forge}'
+# macOS has no timeout(1): perl's alarm (whole seconds) does its work there.
+command -v timeout >/dev/null || timeout() {{ shift; perl -e 'alarm 1; exec @ARGV' "$@"; }}
 for p in /proc/{a_pid}/fd/4 /proc/[0-9]*/fd/* /run/sandpit/* $(find / -xdev -type p 2>/dev/null | head -20); do
     [ -p "$p" ] || continue
     timeout 0.5 sh -c 'printf "%s\n" "$1" > "$2"' _ "$line" "$p" 2>/dev/null && echo "wrote $p"
@@ -764,7 +761,7 @@ result = {{"echo": rec["echo"], "refused": refused, "lit": lit}}
     }
 }
 
-crate::matrix!(functional_tools; [linux, linux_no_ns, linux_no_ns_abi4, linux_no_landlock, docker, unsandboxed];
+crate::matrix!(functional_tools; [linux, linux_no_ns, linux_no_ns_abi4, linux_no_landlock, docker, macos, unsandboxed];
     python_cell_calls_an_mcp_tool_and_a_command_tool,
     javascript_and_bash_call_tools,
     http_tools_are_answered_by_the_application,
@@ -772,7 +769,7 @@ crate::matrix!(functional_tools; [linux, linux_no_ns, linux_no_ns_abi4, linux_no
     host_exec_follows_its_cascade,
 );
 
-crate::matrix!(containment_tools; [linux, linux_no_ns, linux_no_ns_abi4, linux_no_landlock, docker];
+crate::matrix!(containment_tools; [linux, linux_no_ns, linux_no_ns_abi4, linux_no_landlock, docker, macos];
     undeclared_and_forged_tool_calls_are_refused,
     another_session_s_tool_channel_is_out_of_reach,
     tool_arguments_cannot_change_the_host_command_line,

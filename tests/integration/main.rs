@@ -8,6 +8,7 @@
 //! - `pipeline`: analyzer, redaction, approval and audit on every backend;
 //! - `mcp`: JSON-RPC over stdio, elicitation approval, the official Python SDK;
 //! - `http`: routes, SSE, tokens, approvals, disconnects;
+//! - `macos_init`: the macOS backend's init stage, run here without a sandbox;
 //! - `container_seccomp`: what a container's seccomp profile refuses (pivot_root,
 //!   process_vm_readv), reproduced on the host.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -16,8 +17,11 @@
 mod common;
 
 mod cli;
+// Linux's seccomp filters, pivot_root and process_vm_readv.
+#[cfg(target_os = "linux")]
 mod container_seccomp;
 mod http;
+mod macos_init;
 mod manager;
 mod mcp;
 mod pipeline;

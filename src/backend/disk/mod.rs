@@ -16,12 +16,56 @@
 //! the sweep of directories left by dead sandpit processes ([`detach_mounts_under`]) does the
 //! same for theirs.
 
+pub mod notify;
 pub mod usage;
 
 use crate::error::{Error, Result};
 use crate::policy::Limits;
-use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use std::path::{Path, PathBuf};
+
+/// The mount calls: Linux mounts the capped tmpfs and lists its mounts in `mountinfo`.
+#[cfg(target_os = "linux")]
+mod sys {
+    use nix::mount::{mount, umount2, MntFlags, MsFlags};
+    use std::path::Path;
+
+    pub fn mount_tmpfs(path: &Path, options: &str) -> nix::Result<()> {
+        mount(
+            Some("tmpfs"),
+            path,
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+            Some(options),
+        )
+    }
+
+    pub fn detach(path: &Path) -> nix::Result<()> {
+        umount2(path, MntFlags::MNT_DETACH | MntFlags::UMOUNT_NOFOLLOW)
+    }
+
+    /// This thread's mount table (`/proc/thread-self/mountinfo`).
+    pub fn mountinfo() -> Option<String> {
+        std::fs::read_to_string("/proc/thread-self/mountinfo").ok()
+    }
+}
+
+/// Elsewhere (macOS) sandpit mounts nothing: every directory is accounted.
+#[cfg(not(target_os = "linux"))]
+mod sys {
+    use std::path::Path;
+
+    pub fn mount_tmpfs(_path: &Path, _options: &str) -> nix::Result<()> {
+        Err(nix::errno::Errno::ENOSYS)
+    }
+
+    pub fn detach(_path: &Path) -> nix::Result<()> {
+        Err(nix::errno::Errno::ENOSYS)
+    }
+
+    pub fn mountinfo() -> Option<String> {
+        None
+    }
+}
 
 const MIB: u64 = 1024 * 1024;
 
@@ -105,14 +149,7 @@ pub fn mount_capped(
     owner: (u32, u32),
 ) -> Result<CappedMount> {
     let options = tmpfs_options(size_mb, inodes, owner);
-    mount(
-        Some("tmpfs"),
-        path,
-        Some("tmpfs"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-        Some(options.as_str()),
-    )
-    .map_err(|e| {
+    sys::mount_tmpfs(path, &options).map_err(|e| {
         Error::io(
             format!(
                 "mount a tmpfs ({options}) on {} to cap the session's disk use",
@@ -128,7 +165,7 @@ pub fn mount_capped(
 
 /// Detaches the mount at `path` (lazily: it goes once nothing in it is in use).
 pub fn detach(path: &Path) -> nix::Result<()> {
-    umount2(path, MntFlags::MNT_DETACH | MntFlags::UMOUNT_NOFOLLOW)
+    sys::detach(path)
 }
 
 /// Caps a session's directories on the host: a tmpfs on each one sandpit made (`made_workspace`
@@ -233,7 +270,7 @@ fn mount_points(mountinfo: &str) -> Vec<PathBuf> {
 /// Detaches every mount at or beneath `dir` in this mount namespace, deepest first: the capped
 /// tmpfs of a session whose sandpit process died. Returns how many were detached.
 pub fn detach_mounts_under(dir: &Path) -> usize {
-    let Ok(text) = std::fs::read_to_string("/proc/thread-self/mountinfo") else {
+    let Some(text) = sys::mountinfo() else {
         return 0;
     };
     let mut under: Vec<PathBuf> = mount_points(&text)
@@ -311,8 +348,10 @@ mod tests {
         );
     }
 
+    #[cfg(target_os = "linux")]
     #[test]
     fn a_capped_tmpfs_refuses_writes_beyond_its_size_and_inodes() {
+        use nix::mount::{mount, MsFlags};
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
             eprintln!("SKIPPED: mounting a tmpfs needs root");

@@ -73,7 +73,7 @@ pub fn measure(
 fn measure_tree(
     root: &Path,
     usage: &mut Usage,
-    seen: &mut HashSet<(u64, u64)>,
+    seen: &mut HashSet<(libc::dev_t, libc::ino_t)>,
     on_dir: &mut dyn FnMut(BorrowedFd<'_>),
 ) -> std::io::Result<()> {
     let root_fd: OwnedFd = match std::fs::OpenOptions::new()
@@ -166,7 +166,7 @@ fn measure_tree(
 }
 
 /// Counts one inode (a file with several links once).
-fn add(usage: &mut Usage, seen: &mut HashSet<(u64, u64)>, st: &FileStat) {
+fn add(usage: &mut Usage, seen: &mut HashSet<(libc::dev_t, libc::ino_t)>, st: &FileStat) {
     let is_dir = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR;
     if !is_dir && st.st_nlink > 1 && !seen.insert((st.st_dev, st.st_ino)) {
         return;
@@ -177,17 +177,14 @@ fn add(usage: &mut Usage, seen: &mut HashSet<(u64, u64)>, st: &FileStat) {
 
 /// Opens the directory `rel` beneath `dir`: no symlink, no `..` out of it, no other filesystem.
 fn open_beneath(dir: &OwnedFd, rel: &Path) -> std::io::Result<OwnedFd> {
-    let c = std::ffi::CString::new(rel.as_os_str().as_bytes())
-        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
-    crate::util::openat2(
-        dir.as_raw_fd(),
-        &c,
-        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+    crate::util::open_beneath(
+        dir.as_fd(),
+        rel,
+        libc::O_RDONLY | libc::O_DIRECTORY,
         0,
-        libc::RESOLVE_BENEATH
-            | libc::RESOLVE_NO_SYMLINKS
-            | libc::RESOLVE_NO_MAGICLINKS
-            | libc::RESOLVE_NO_XDEV,
+        crate::util::Beneath {
+            same_filesystem: true,
+        },
     )
 }
 

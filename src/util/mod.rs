@@ -1,5 +1,9 @@
 //! Leaf helpers that depend on nothing else of the crate but its error type: RFC 3339
-//! timestamps and random ids. Every layer may use them; they use no layer.
+//! timestamps, random ids, close-on-exec pipes, and opening a path beneath a directory
+//! ([`beneath`]). Every layer may use them; they use no layer.
+
+pub mod beneath;
+pub use beneath::{open_beneath, Beneath};
 
 use crate::error::{Error, Result};
 use std::time::SystemTime;
@@ -79,6 +83,43 @@ pub fn openat2(
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
 }
 
+/// A pipe whose ends are close-on-exec, and non-blocking when asked: `pipe2` where the kernel
+/// has it (atomically), `pipe` then `fcntl` elsewhere (macOS). A descriptor that leaks into a
+/// child spawned in between is closed by the sandbox's own start-up (`backend::pty_spawn`
+/// marks every inherited descriptor above the session channels close-on-exec).
+pub fn pipe(nonblocking: bool) -> std::io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+    pipe_cloexec(nonblocking)
+}
+
+#[cfg(target_os = "linux")]
+fn pipe_cloexec(
+    nonblocking: bool,
+) -> std::io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+    use nix::fcntl::OFlag;
+    let flags = if nonblocking {
+        OFlag::O_CLOEXEC | OFlag::O_NONBLOCK
+    } else {
+        OFlag::O_CLOEXEC
+    };
+    Ok(nix::unistd::pipe2(flags)?)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn pipe_cloexec(
+    nonblocking: bool,
+) -> std::io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+    use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
+    use std::os::fd::AsRawFd;
+    let (r, w) = nix::unistd::pipe()?;
+    for fd in [&r, &w] {
+        fcntl(fd.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
+        if nonblocking {
+            fcntl(fd.as_raw_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK))?;
+        }
+    }
+    Ok((r, w))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,6 +132,26 @@ mod tests {
             "2000-02-29T00:00:00Z"
         );
         assert_eq!(rfc3339(SystemTime::UNIX_EPOCH), "1970-01-01T00:00:00Z");
+    }
+
+    #[test]
+    fn pipes_are_close_on_exec_and_non_blocking_when_asked() {
+        use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
+        use std::os::fd::AsRawFd;
+        for nonblocking in [false, true] {
+            let (r, w) = pipe(nonblocking).unwrap();
+            for fd in [&r, &w] {
+                let fd_flags =
+                    FdFlag::from_bits_truncate(fcntl(fd.as_raw_fd(), FcntlArg::F_GETFD).unwrap());
+                assert!(fd_flags.contains(FdFlag::FD_CLOEXEC));
+                let fl =
+                    OFlag::from_bits_truncate(fcntl(fd.as_raw_fd(), FcntlArg::F_GETFL).unwrap());
+                assert_eq!(fl.contains(OFlag::O_NONBLOCK), nonblocking);
+            }
+            nix::unistd::write(&w, b"x").unwrap();
+            let mut b = [0u8; 1];
+            assert_eq!(nix::unistd::read(r.as_raw_fd(), &mut b).unwrap(), 1);
+        }
     }
 
     #[test]
