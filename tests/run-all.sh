@@ -225,6 +225,19 @@ if is_root; then
   # Both: the full sandbox with namespaces, on rlimits and per-session uids (no cgroup).
   in_container "--cap-add SYS_ADMIN and seccomp=unconfined, root" "namespaces" \
     --user 0 --cap-add SYS_ADMIN --security-opt seccomp=unconfined
+  # A read-only container: doctor and run agree that the state directory cannot be written and
+  # both say what to change; with a tmpfs on /tmp the same run works.
+  say "a read-only container (docker run --read-only --user 1000): doctor and run agree"
+  ro() { docker run --rm --label sandpit-test=containers --read-only --user 1000 \
+    -v "$bindir":/sandpit:ro "$image" /sandpit/sandpit "$@"; }
+  ro doctor 2>&1 | grep -q "linux .*cannot create or write the state directory.*SANDPIT_STATE_DIR" \
+    || { echo "doctor in a read-only container does not name the state directory and SANDPIT_STATE_DIR" >&2; exit 1; }
+  rc=0; err=$(ro run -b linux -l bash 'echo ran' 2>&1) || rc=$?
+  [ "$rc" = 125 ] && grep -q SANDPIT_STATE_DIR <<<"$err" && ! grep -q '^ran$' <<<"$err" \
+    || { echo "run in a read-only container: expected exit 125 naming SANDPIT_STATE_DIR, got $rc: $err" >&2; exit 1; }
+  out=$(docker run --rm --label sandpit-test=containers --read-only --tmpfs /tmp --user 1000 \
+    -v "$bindir":/sandpit:ro "$image" /sandpit/sandpit run -b linux -l bash 'echo ran' 2>/dev/null)
+  [ "$out" = ran ] || { echo "with --tmpfs /tmp a read-only container should run: got $out" >&2; exit 1; }
 else
   say "native columns inside containers: not run (needs root to start the Docker engine)"
   if [ "${CI:-}" = true ]; then

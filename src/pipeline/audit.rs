@@ -19,7 +19,7 @@ use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-const UNWRITABLE_HINT: &str = "set SANDPIT_AUDIT_PATH to a file you can write, or SANDPIT_AUDIT=false to run without an audit trail";
+const UNWRITABLE_HINT: &str = "set SANDPIT_STATE_DIR to a directory you can write (the audit log and the sessions' state go there), or SANDPIT_AUDIT_PATH to a file you can write, or SANDPIT_AUDIT=false to run without an audit trail";
 
 /// One line of the audit trail.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

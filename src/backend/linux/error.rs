@@ -23,6 +23,10 @@ pub enum LinuxError {
         owner: String,
         uid: u32,
     },
+    /// The state directory cannot be made or written here (a read-only filesystem, a parent
+    /// that is not ours).
+    #[error("cannot create or write the state directory {} ({why}): choose a writable one with SANDPIT_STATE_DIR=/some/dir or state_dir in sandpit.toml (in a read-only container, mount a tmpfs there, e.g. --tmpfs /tmp)", path.display())]
+    StateDirUnwritable { path: PathBuf, why: String },
     #[error("lease a sandbox uid")]
     UidLease(#[source] std::io::Error),
     #[error("create the session cgroup")]

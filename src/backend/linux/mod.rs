@@ -328,7 +328,25 @@ pub fn availability(policy: &Policy, helper: &Path) -> Availability {
             },
         ));
     }
-    let (available, detail) = if !seccomp {
+    let state_dir = policy.state_dir_for(nix::unistd::geteuid().as_raw());
+    let state_problem = state_dir_problem(&state_dir);
+    facts.push((
+        "state directory".into(),
+        match &state_problem {
+            None => format!("{} (writable)", state_dir.display()),
+            Some(why) => format!("{}: cannot be written ({why})", state_dir.display()),
+        },
+    ));
+    let (available, detail) = if let Some(why) = state_problem {
+        (
+            false,
+            LinuxError::StateDirUnwritable {
+                path: state_dir,
+                why,
+            }
+            .to_string(),
+        )
+    } else if !seccomp {
         (
             false,
             "seccomp is unavailable: refusing to run without a syscall filter".to_string(),
@@ -500,6 +518,28 @@ fn check_owner(p: &Path, uid: u32) -> Result<()> {
         .into());
     }
     Ok(())
+}
+
+/// Why sessions could not keep their state in `dir`: it (or, when it does not exist yet, the
+/// nearest existing parent, where it would be made) is not a directory this user can write,
+/// e.g. on a read-only filesystem. `None` when it can be used (ownership is checked at launch).
+fn state_dir_problem(dir: &Path) -> Option<String> {
+    use nix::unistd::{access, AccessFlags};
+    let mut at = dir;
+    loop {
+        match std::fs::metadata(at) {
+            Ok(m) if m.is_dir() => {
+                return access(at, AccessFlags::W_OK | AccessFlags::X_OK)
+                    .err()
+                    .map(|e| format!("{}: {}", at.display(), e.desc()));
+            }
+            Ok(_) => return Some(format!("{} is not a directory", at.display())),
+            Err(_) => match at.parent() {
+                Some(parent) if !parent.as_os_str().is_empty() => at = parent,
+                _ => return Some(format!("no parent of {} exists", dir.display())),
+            },
+        }
+    }
 }
 
 /// The owner of `workspace` when it is a directory (not a symlink) owned by one of sandpit's
@@ -750,12 +790,16 @@ fn session_directories(
     let sessions = spec.state_dir.join("sessions");
     // Whose it is comes first: a directory another user made (say /tmp/sandpit-UID, mode
     // 0777) cannot be chmod-ed by us, and the error should say whose it is and what to do.
-    std::fs::create_dir_all(&spec.state_dir).map_err(LinuxError::host(
-        "create the state directory",
-        &spec.state_dir,
-    ))?;
+    std::fs::create_dir_all(&spec.state_dir).map_err(|e| LinuxError::StateDirUnwritable {
+        path: spec.state_dir.clone(),
+        why: e.to_string(),
+    })?;
     check_owner(&spec.state_dir, uid)?;
     mkdir(&spec.state_dir, 0o711)?;
+    std::fs::create_dir_all(&sessions).map_err(|e| LinuxError::StateDirUnwritable {
+        path: spec.state_dir.clone(),
+        why: e.to_string(),
+    })?;
     mkdir(&sessions, 0o711)?;
     // Directories of sandpit processes that died without cleaning up go first.
     static SWEPT_DIRS: std::sync::Once = std::sync::Once::new();
@@ -856,6 +900,25 @@ impl Drop for SessionGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_state_directory_that_cannot_be_written_is_named_with_its_cause() {
+        let tmp = tempfile::tempdir().unwrap();
+        // Usable: it exists, or would be made in a writable parent.
+        assert_eq!(state_dir_problem(tmp.path()), None);
+        assert_eq!(state_dir_problem(&tmp.path().join("a/b/c")), None);
+        // Beneath a file: nowhere to make it.
+        let file = tmp.path().join("f");
+        std::fs::write(&file, "").unwrap();
+        let why = state_dir_problem(&file.join("state")).unwrap();
+        assert!(why.contains("is not a directory"), "{why}");
+        // The message says what to change.
+        let e = LinuxError::StateDirUnwritable {
+            path: file.join("state"),
+            why,
+        };
+        assert!(e.to_string().contains("SANDPIT_STATE_DIR"), "{e}");
+    }
 
     fn probe(ok: bool) -> NamespaceProbe {
         NamespaceProbe {
