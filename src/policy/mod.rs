@@ -165,6 +165,18 @@ pub struct Policy {
     pub interpreters: Interpreters,
     pub filesystem: FilesystemPolicy,
     pub linux: LinuxSettings,
+    #[serde(default)]
+    pub wasi: WasiSettings,
+}
+
+/// The WASI backend's settings (`[wasi]`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WasiSettings {
+    /// Where `sandpit wasi install` puts the interpreters and their precompiled (native) code;
+    /// "" = `<state_dir>/wasi`. Must be private to the user sandpit runs as (0700).
+    #[serde(default)]
+    pub runtimes_dir: String,
 }
 
 impl Default for Policy {
@@ -451,6 +463,7 @@ pub const ENV_KEYS: &[(&str, &str, &str)] = &[
         "linux",
         "landlock_abi_max",
     ),
+    ("SANDPIT_WASI_DIR", "wasi", "runtimes_dir"),
 ];
 
 fn apply_env(

@@ -390,6 +390,9 @@ impl Session {
                 .layers
                 .as_ref()
                 .is_some_and(|l| l.namespaces.is_empty());
+        if let Some(notice) = self.backend.notice() {
+            self.weaker_notice = Some(notice);
+        }
         if fell_back {
             self.weaker_notice = Some("this sandbox runs without namespaces, because the host refused them: it sees host paths (cwd is the session's host directory) and relies on Landlock, seccomp and sandpit's waiter alone; `sandpit doctor` says why and what remains".into());
         }
