@@ -1657,6 +1657,13 @@ mod wasi_only {
                 !ws.exists(),
                 "{lang} {busy}: the guest outlived its timeout (its directories are still there)"
             );
+            assert!(
+                r.warnings
+                    .iter()
+                    .any(|w| w.contains("cannot interrupt a cell and keep the session")),
+                "{:?}",
+                r.warnings
+            );
             let check = match lang {
                 Language::Python => "result = 'kept' in globals()",
                 _ => "result = typeof kept !== 'undefined'",

@@ -280,6 +280,11 @@ pub trait Backend: Send + Sync {
     fn recycle_idle(&self) -> Option<std::time::Duration> {
         None
     }
+    /// Whether an interrupt can stop a cell and keep the session's state (false: the
+    /// interrupt ends the interpreter, as on WASI, which has no signals).
+    fn interrupt_keeps_state(&self) -> bool {
+        true
+    }
     /// Why this backend cannot install a request's `packages`, if it cannot.
     fn no_packages(&self) -> Option<&'static str> {
         None

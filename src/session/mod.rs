@@ -823,6 +823,7 @@ impl Session {
                 user_interrupted: watched.user_interrupted,
                 disk_kill: after.disk_kill,
                 workspace_memory: after.workspace_memory,
+                interrupt_keeps_state: self.backend.interrupt_keeps_state(),
             },
             opts.timeout,
             self.spec.sandbox.limits.memory_mb,

@@ -294,6 +294,10 @@ impl super::Backend for WasiBackend {
         }
     }
 
+    fn interrupt_keeps_state(&self) -> bool {
+        false
+    }
+
     fn no_packages(&self) -> Option<&'static str> {
         Some(NO_PACKAGES)
     }
