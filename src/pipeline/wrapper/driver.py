@@ -109,13 +109,16 @@ def _driver():
     # address-space limit but costs no memory. Released when a cell ends in MemoryError, taken
     # again before the next cell (if there is room by then).
     memory_reserve = []
+    no_mmap = []  # mmap does not exist here (WASI): not looked for again
 
     def take_memory_reserve():
-        if not memory_reserve:
+        if not memory_reserve and not no_mmap:
             try:
                 import mmap
                 memory_reserve.append(mmap.mmap(-1, 8 << 20))
-            except (ImportError, OSError, MemoryError):
+            except ImportError:
+                no_mmap.append(True)
+            except (OSError, MemoryError):
                 pass
 
     def release_memory_reserve():
