@@ -291,9 +291,16 @@ fn u64_at(mem: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(mem.get(at..at + 8)?.try_into().ok()?))
 }
 
-/// The (pointer, length) pairs of an iovec array in guest memory.
+/// The most iovecs one channel read or write takes (Linux's IOV_MAX): the host walks them.
+const IOV_MAX: usize = 1024;
+
+/// The (pointer, length) pairs of an iovec array in guest memory (`None`: out of bounds, or
+/// more than [`IOV_MAX`]).
 fn iovecs(mem: &[u8], iovs: i32, n: i32) -> Option<Vec<(usize, usize)>> {
     let (iovs, n) = (iovs as u32 as usize, n as u32 as usize);
+    if n > IOV_MAX {
+        return None;
+    }
     (0..n)
         .map(|i| {
             let at = iovs.checked_add(i.checked_mul(8)?)?;
@@ -629,6 +636,7 @@ mod tests {
         assert_eq!(iovecs(&mem, 0, 1), Some(vec![(32, 16)]));
         mem[4..8].copy_from_slice(&33u32.to_le_bytes()); // 32 + 33 > 64
         assert_eq!(iovecs(&mem, 0, 1), None);
+        assert_eq!(iovecs(&vec![0u8; 1 << 16], 0, 1025), None, "past IOV_MAX");
         assert_eq!(iovecs(&mem, 60, 1), None);
         assert!(!put_u32(&mut mem, 62, 1));
         assert!(put_u32(&mut mem, 60, 1));
