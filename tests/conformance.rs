@@ -1678,6 +1678,35 @@ mod wasi_only {
         }
     }
 
+    /// What a cell printed before its timeout is kept, though the guest stops where it is (no
+    /// chance to flush): the interpreters write their output out as it comes.
+    pub async fn output_before_a_timeout_is_kept(ctx: Ctx) {
+        for (lang, code) in [
+            (
+                Language::Python,
+                "print('started')\nimport sys\nsys.stderr.write('err')\nwhile True: pass",
+            ),
+            (
+                Language::Javascript,
+                "console.log('started'); console.error('err'); while (true) {}",
+            ),
+            (
+                Language::Javascript,
+                "print('started'); console.error('err'); while (true) {}",
+            ),
+        ] {
+            let mut s = ctx.session(lang).await;
+            let r = exec_timeout(&mut s, code, Duration::from_millis(300)).await;
+            assert_eq!(r.status, Status::Timeout, "{r:?}");
+            assert_eq!(
+                (r.stdout.as_str(), r.stderr.trim_end()),
+                ("started\n", "err"),
+                "{lang}: {r:?}"
+            );
+            s.kill().await;
+        }
+    }
+
     /// `limits.memory_mb` caps the guest's linear memory: an allocation beyond it fails inside
     /// (MemoryError), and the session goes on.
     pub async fn memory_limit_is_a_memory_error(ctx: Ctx) {
@@ -1753,6 +1782,7 @@ mod wasi_only {
 
 matrix!(wasi_only; [wasi];
     timeout_ends_the_session_and_cuts_blocked_calls,
+    output_before_a_timeout_is_kept,
     memory_limit_is_a_memory_error,
     open_files_are_bounded,
     bash_is_refused_on_wasi,

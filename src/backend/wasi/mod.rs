@@ -114,8 +114,12 @@ pub fn decide(spec: &LaunchSpec, dirs: &Dirs, cache: &Path) -> Result<GuestPlan>
         }
     }
     let argv: Vec<String> = match spec.language {
-        // The driver every backend runs (it knows WASI), under the module's `python`.
-        Language::Python => std::iter::once("python".to_string())
+        // The driver every backend runs (it knows WASI), under the module's `python`, with
+        // unbuffered stdout and stderr (-u): a stopped guest cannot flush, and what a cell
+        // printed before its timeout must not be lost with it.
+        Language::Python => ["python", "-u"]
+            .into_iter()
+            .map(String::from)
             .chain(spec.driver_args.iter().cloned())
             .collect(),
         // Node's driver needs Node: QuickJS runs its own, with the same protocol.
@@ -387,8 +391,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!(plan.module, runtimes::PYTHON.file);
-        assert_eq!(plan.argv[..3], ["python", "-I", "-c"]);
-        assert_eq!(plan.argv[3], crate::pipeline::wrapper::PYTHON_DRIVER);
+        assert_eq!(plan.argv[..4], ["python", "-u", "-I", "-c"]);
+        assert_eq!(plan.argv[4], crate::pipeline::wrapper::PYTHON_DRIVER);
         let env: HashMap<_, _> = plan.env.iter().cloned().collect();
         assert_eq!(env["SANDPIT_WORKSPACE"], "/workspace");
         assert_eq!(env["HOME"], "/home/sandbox");

@@ -32,7 +32,7 @@
 //     value JSON cannot encode is returned as its inspect() text with a warning.
 //   - input_data: each key is assigned as `key = value`, else set on globalThis.
 //   - console.log/info/debug write to stdout, console.error/warn to stderr, formatted like
-//     Node's util.format/inspect (a subset); setTimeout, setInterval, setImmediate and their
+//     Node's util.format/inspect (a subset), each call written out at once (as print is); setTimeout, setInterval, setImmediate and their
 //     clear* are the engine's os timers, and an exception a timer throws ends the running cell
 //     (between cells it is printed on stderr).
 //   - An unhandled promise rejection ends the interpreter (QuickJS exits on it): the host
@@ -244,10 +244,25 @@
     return out + rest.map((v) => (typeof v === 'string' ? v : inspect(v))).join(' ');
   }
 
-  const toStdout = (...args) => std.out.puts(format(args) + '\n');
-  const toStderr = (...args) => std.err.puts(format(args) + '\n');
+  // Each call is written out at once: a guest stopped by its timeout cannot flush, and what a
+  // cell printed before must not be lost with it.
+  const toStdout = (...args) => {
+    std.out.puts(format(args) + '\n');
+    std.out.flush();
+  };
+  const toStderr = (...args) => {
+    std.err.puts(format(args) + '\n');
+    std.err.flush();
+  };
   for (const [name, f] of [['log', toStdout], ['info', toStdout], ['debug', toStdout], ['error', toStderr], ['warn', toStderr], ['trace', toStderr]]) {
     console[name] = f;
+  }
+  const enginePrint = globalThis.print;
+  if (typeof enginePrint === 'function') {
+    globalThis.print = (...args) => {
+      enginePrint(...args);
+      std.out.flush();
+    };
   }
 
   // ---- timers: Node's names over the engine's os timers -------------------------------------
