@@ -514,15 +514,20 @@ fn clock_subs(
         let id = u32_at(s, 16).ok_or(errno::FAULT)?;
         let timeout = u64_at(s, 24).ok_or(errno::FAULT)?;
         let abstime = u16::from_le_bytes([s[40], s[41]]) & 1 == 1;
+        // Deadlines past what an Instant can hold are a century away: never, in effect.
+        let at = |from: Instant, nanos: u64| {
+            from.checked_add(Duration::from_nanos(nanos))
+                .unwrap_or(now + Duration::from_secs(100 * 365 * 86_400))
+        };
         let due = match (id, abstime) {
-            (0 | 1, false) => now + Duration::from_nanos(timeout),
-            (1, true) => base + Duration::from_nanos(timeout),
+            (0 | 1, false) => at(now, timeout),
+            (1, true) => at(base, timeout),
             (0, true) => {
                 let wall = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map(|d| d.as_nanos() as u64)
                     .unwrap_or(0);
-                now + Duration::from_nanos(timeout.saturating_sub(wall))
+                at(now, timeout.saturating_sub(wall))
             }
             _ => return Ok(None), // cputime clocks: wasmtime-wasi answers them (EINVAL)
         };
