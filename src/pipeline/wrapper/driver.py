@@ -222,7 +222,8 @@ def _driver():
         nonlocal cell_handler, fd0_is_null, loop
         status, exit_code, exception, warnings = "ok", 0, None, []
         take_memory_reserve()
-        if site_dir not in sys.path and os.path.isdir(site_dir):
+        # (Under WASI nothing installs packages, and a stat costs more: not looked for.)
+        if not wasi and site_dir not in sys.path and os.path.isdir(site_dir):
             sys.path.insert(1, site_dir)
             import importlib
             importlib.invalidate_caches()
