@@ -88,6 +88,19 @@ pub struct OutputFile {
     pub encoding: Encoding,
 }
 
+/// A rich output of a cell, as a Jupyter kernel gives them. Today: the value of a cell that
+/// ends in an expression (`type: execute_result`, `mime: text/plain`, its repr / inspect text).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Output {
+    /// `execute_result`: the value of the cell's last expression.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The MIME type of `data`, e.g. `text/plain`.
+    pub mime: String,
+    /// The output itself (text for `text/*`).
+    pub data: String,
+}
+
 /// Per-request limits: they may only tighten the policy's maxima.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -215,6 +228,51 @@ pub struct ExecResult {
     pub duration_ms: f64,
     pub warnings: Vec<String>,
     pub files: Vec<OutputFile>,
+    /// Rich outputs of the cell (the value of a last expression as `text/plain`).
+    #[serde(default)]
+    pub outputs: Vec<Output>,
+    /// The host tools the code called during this execution, in the order they were asked
+    /// for (README, "Host tools"). Empty when it called none.
+    #[serde(default)]
+    pub tool_calls: Vec<ToolCallSummary>,
+}
+
+/// How a tool call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolCallStatus {
+    /// The tool ran and its result went back to the code.
+    Ok,
+    /// The tool ran (or was asked) and failed; the code got the error.
+    Error,
+    /// Policy refused the call before anything ran (undeclared tool, not allowed for this
+    /// user or session, budget, schema, host_exec cascade); the code got the reason.
+    Denied,
+    /// The cell ended (timeout, interrupt, its end) before the call finished.
+    Cancelled,
+}
+
+/// One tool call of an execution, as `ExecResult.tool_calls` summarises it (the audit trail
+/// has the arguments, redacted).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ToolCallSummary {
+    /// The call's number within the cell, as the code's driver chose it.
+    pub id: u64,
+    /// The tool the code named.
+    pub name: String,
+    /// `command`, `mcp`, `http` or `host_exec`; null for a name that is not declared.
+    pub kind: Option<String>,
+    pub status: ToolCallStatus,
+    /// What decided the call: `allowed`, `denied`, and for host_exec the cascade's step
+    /// (`denied_by_list`, `allowed_by_list`, `notified`, `validated`, `trusted_session`,
+    /// `approved`, `approved_and_trusted_session`, `disabled`).
+    pub decision: String,
+    pub duration_ms: f64,
+    /// Size of the call as the sandbox sent it, and of the result (or error) sent back.
+    pub request_bytes: u64,
+    pub response_bytes: u64,
+    /// Why it failed or was refused (redacted).
+    pub error: Option<String>,
 }
 
 impl ExecResult {
@@ -254,6 +312,8 @@ impl ExecResult {
             duration_ms: 0.0,
             warnings: Vec::new(),
             files: Vec::new(),
+            outputs: Vec::new(),
+            tool_calls: Vec::new(),
         }
     }
 

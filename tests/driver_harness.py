@@ -83,6 +83,8 @@ class Session:
             "SANDPIT_SESSION_ID": "s-harness",
             "SANDPIT_LANGUAGE": language,
             "SANDPIT_BACKEND": "harness",
+            "SANDPIT_TOOLS": "echo,host_exec",
+            "SANDPIT_TOOLS_INFO": json.dumps([{"name": "echo", "kind": "command", "description": "echoes", "enabled": True}]),
         }
 
         master, slave = pty.openpty()
@@ -164,8 +166,11 @@ class Session:
         return line
 
     # -- one cell ---------------------------------------------------------------------------
-    def execute(self, code, prelude=b"", interactive=False, typed=None, interrupt_after=None, timeout=15.0, flush=True):
-        """Runs one cell as the host does. Returns a dict with response/stdout/stderr/raw/elapsed.
+    def execute(self, code, prelude=b"", interactive=False, typed=None, interrupt_after=None, timeout=15.0, flush=True, tools=None):
+        """Runs one cell as the host does. Returns a dict with response/stdout/stderr/raw/elapsed
+        and the tool calls the cell made (`calls`).  `tools(call)` answers a tool call as the
+        host would: (True, result), (False, error), or None to leave it unanswered (the harness
+        answers it with an error when it interrupts the cell, as the host does).
 
         Before the request the terminal's pending input is flushed (flush=False: only before a
         non-interactive request, as src/session/mod.rs does today) and, for a non-interactive
@@ -200,6 +205,8 @@ class Session:
         interrupt_at = started + interrupt_after if interrupt_after is not None else None
         response = None
         raw_line = None
+        calls = []
+        unanswered = []
         while True:
             have_out = mk in self.out_buf
             have_err = mk in self.err_buf
@@ -214,6 +221,9 @@ class Session:
                 if now >= interrupt_at:
                     os.killpg(self.proc.pid, signal.SIGINT)
                     interrupt_at = None
+                    for call_id in unanswered:  # the host cancels them, answering each
+                        self.answer(call_id, False, "the cell was interrupted", cancelled=True)
+                    unanswered = []
                 else:
                     wake = min(wake, interrupt_at)
             self._pump(wake - now, response is None)
@@ -223,6 +233,15 @@ class Session:
                     v = json.loads(line)
                 except ValueError:
                     v = None
+                if isinstance(v, dict) and isinstance(v.get("tool_call"), dict):
+                    call = v["tool_call"]
+                    calls.append(call)
+                    answer = tools(call) if tools is not None else (False, "no tools here")
+                    if answer is None:
+                        unanswered.append(call["id"])
+                    else:
+                        self.answer(call["id"], *answer)
+                    continue
                 # Like the host: a line for another cell (a forgery by the code) is ignored.
                 if isinstance(v, dict) and v.get("id") == cid and v.get("nonce") == nonce:
                     raw_line, response = line, v
@@ -232,7 +251,18 @@ class Session:
         out, self.out_buf = self.out_buf.split(mk, 1)
         err, self.err_buf = self.err_buf.split(mk, 1)
         return {"response": response, "raw": raw_line, "stdout": out.decode("utf-8", "replace"),
-                "stderr": err.decode("utf-8", "replace"), "elapsed": elapsed, "id": cid, "nonce": nonce}
+                "stderr": err.decode("utf-8", "replace"), "elapsed": elapsed, "id": cid, "nonce": nonce,
+                "calls": calls}
+
+    def answer(self, call_id, ok, value, cancelled=False):
+        """Writes the host's answer to a tool call on fd 3 (the host's field order)."""
+        if cancelled:
+            line = '{"tool_result":{"id":%d,"ok":false,"cancelled":true,"error":%s}}\n' % (call_id, json.dumps(value))
+        elif ok:
+            line = '{"tool_result":{"id":%d,"ok":true,"result":%s}}\n' % (call_id, json.dumps(value, separators=(",", ":")))
+        else:
+            line = '{"tool_result":{"id":%d,"ok":false,"error":%s}}\n' % (call_id, json.dumps(value))
+        os.write(self.req, line.encode())
 
     def close(self):
         for fd in (self.req,):
@@ -784,6 +814,71 @@ def large_code_and_unicode(lang):
     }[lang]
     r = run(s, code, timeout=60)
     check(r["response"]["result"] == 300000 or r["stdout"] == "300000\n", "a large multibyte cell is framed by bytes", (r["response"], r["stdout"][:100]))
+
+
+def echo_tool(call):
+    if call["name"] == "echo":
+        return True, {"got": call["arguments"]}
+    return False, "no tool named %s" % call["name"]
+
+
+@test("python", "javascript", "bash")
+def tool_calls_round_trip(lang):
+    s = session(lang)
+    code = {
+        "python": "import sandpit_tools as t\ntry:\n    t.call('nope')\nexcept t.ToolError as e:\n    err = str(e)\nresult = [t.echo({'a': 1}), t.call('echo', b=[2]), err, t.names()]",
+        "javascript": "let err; try { await sandpit.call('nope', {}) } catch (e) { err = e.message }\nresult = [await sandpit.tools.echo({a: 1}), await sandpit.call('echo', {b: [2]}), err, sandpit.names()]",
+        "bash": "sandpit-tool echo '{\"a\": 1}'; x=$(sandpit-tool echo '{\"b\": [2]}'); echo \"$x\"; sandpit-tool nope || echo rc=$?; sandpit-tool --list",
+    }[lang]
+    r = run(s, code, tools=echo_tool)
+    expect_ok(r)
+    check([c["name"] for c in r["calls"]] == (["nope", "echo", "echo"] if lang != "bash" else ["echo", "echo", "nope"]), "the calls, in order", r["calls"])
+    check(all(c["cell"] == r["id"] for c in r["calls"]), "each call names its cell", r["calls"])
+    check(len({c["id"] for c in r["calls"]}) == 3, "ids are unique in the cell", r["calls"])
+    if lang == "bash":
+        check(r["stdout"] == '{"got":{"a":1}}\n{"got":{"b":[2]}}\nrc=1\necho\nhost_exec\n', "results on stdout", r)
+        check("sandpit-tool: nope: no tool named nope" in r["stderr"], "the error on stderr", r)
+    else:
+        check(r["response"]["result"] == [{"got": {"a": 1}}, {"got": {"b": [2]}}, "nope: no tool named nope", ["echo", "host_exec"]], "results", r["response"])
+    # A late answer (for a call an interrupt abandoned) before the next request is skipped.
+    s.answer(999, True, {"late": True})
+    expect_ok(run(s, {"python": "x = 1", "javascript": "x = 1", "bash": "x=1"}[lang]))
+
+
+@test("python", "javascript", "bash")
+def tool_call_interrupted_with_the_cell(lang):
+    s = session(lang)
+    code = {
+        "python": "kept = 7\nimport sandpit_tools\nsandpit_tools.echo({})",
+        "javascript": "globalThis.kept = 7; await sandpit.tools.echo({})",
+        "bash": "kept=7; sandpit-tool echo '{}'; echo not-reached",
+    }[lang]
+    r = run(s, code, tools=lambda call: None, interrupt_after=0.5)
+    # (JavaScript ignores the host's cancellation, which may come before its SIGINT listener
+    # runs: the signal ends the cell.)
+    check(r["response"]["status"] == "interrupted" and len(r["calls"]) == 1, "the waiting call ends with its cell", r)
+    r = run(s, {"python": "result = kept", "javascript": "result = kept", "bash": "echo $kept"}[lang], tools=echo_tool)
+    check(r["response"]["result"] == 7 or r["stdout"] == "7\n", "the session kept its state", r)
+    r = run(s, {"python": "import sandpit_tools\nresult = sandpit_tools.echo({})", "javascript": "result = await sandpit.tools.echo({})", "bash": "sandpit-tool echo"}[lang], tools=echo_tool)
+    check(r["response"]["result"] == {"got": {}} or r["stdout"] == '{"got":{}}\n', "tools work after an interrupt", r)
+
+
+@test("bash")
+def stale_background_tool_call(lang):
+    # A background job calls a tool after its cell ended: between cells it is refused in the
+    # sandbox (it must not read the request channel the driver reads); during a later cell the
+    # host refuses it (another cell's id). Either way it gets an error, and the session works.
+    s = fresh(lang)
+    expect_ok(run(s, "( sleep 0.2; sandpit-tool echo '{}' > late.txt 2>&1 ) &"))
+    time.sleep(0.5)
+
+    def host(call):
+        return echo_tool(call) if call["cell"] == s.next_id - 1 else (False, "the cell that made this call has ended")
+
+    r = run(s, "while [ ! -s late.txt ]; do sleep 0.05; done; cat late.txt; echo ok", tools=host, timeout=30)
+    check("sandpit-tool: echo:" in r["stdout"] or "while a cell runs" in r["stdout"], "the late call got an error", r)
+    check('"got"' not in r["stdout"] and r["stdout"].endswith("ok\n"), "and no result", r)
+    expect_ok(run(s, "sandpit-tool echo '{\"now\": 1}'", tools=host))
 
 
 @test("python", "javascript", "bash")

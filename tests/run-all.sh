@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs what it needs, checks formatting and
-# lints, runs the unit tests, then the conformance suite against every available backend
-# (as root inside a throwaway PID namespace, and again as an unprivileged user).
+# lints, runs the unit tests (also for aarch64, under qemu-user: tests/aarch64.sh), then the
+# conformance suite against every available backend (as root inside a throwaway PID namespace,
+# and again as an unprivileged user), and its native columns inside containers (as root).
 # Usage: bash tests/run-all.sh        (CI runs exactly this through .ci/run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,6 +54,11 @@ say "unit tests"
 cargo test --quiet --lib --bins
 say "the crate's dependency order: no import circles, no upward imports (tests/layers.py)"
 /usr/bin/python3 tests/layers.py
+
+# --- 4. aarch64 (Raspberry Pi 5): cross build, the unit tests and the binary under qemu-user --
+# Installs the cross toolchain and qemu when missing (root); under CI=true it must run.
+say "aarch64: cross build, unit tests and the binary under qemu-user (tests/aarch64.sh)"
+bash tests/aarch64.sh
 
 # --- The Docker engine and the sandbox image (root only: dockerd needs it); the integration
 # tests below run on the Docker backend too -------------------------------------------------
@@ -138,5 +144,62 @@ if is_root; then
 else
   say "conformance suite as $(id -un) (unprivileged)"
   "$suite" --test-threads=2
+fi
+
+# --- 7. The native columns inside containers ---------------------------------------------------
+# Agent platforms run sandpit inside containers. The conformance suite's native columns
+# (linux, linux_no_ns, linux_no_ns_abi4, linux_no_landlock: every name with "::linux") run in
+# containers of the sandbox image, the two binaries mounted read-only, under the `docker run`
+# flags users have. Where auto gets no namespaces, linux_no_landlock asserts the refusal
+# (neither namespaces nor Landlock: nothing would confine the filesystem).
+# Not run inside: the docker column (no Docker-in-Docker: no engine is reachable in there) and
+# the unsandboxed one (no sandbox to test). SANDPIT_TEST_LINUX_MODE is the sandbox `auto` must
+# give in each (measured here: Docker 20.10, cgroup v1, no AppArmor); every case of the linux
+# column asserts it against doctor's probe, and auto_says_which_sandbox_it_is that the result
+# says so. The containment cases' oracles are the suite's own process in the container, which
+# is already its own PID namespace; their network cases only use loopback. As root the
+# sessions take uids from 3000000 (the host's suites use 2000000): the kernel counts a uid's
+# processes (RLIMIT_NPROC) across containers, and the container cannot see the host's (seen:
+# "fork the interpreter: EAGAIN" while a sandpit on the host ran sessions as the same uid).
+if is_root; then
+  image=sandpit-sandbox:2
+  docker run --rm --user 1000 "$image" bash -c 'test -x /usr/bin/python3 && test -x /usr/bin/node && test -x /bin/bash' \
+    || { echo "$image lacks /usr/bin/python3, /usr/bin/node or /bin/bash, which the default policy names" >&2; exit 1; }
+  wanted=$("$suite" --list ::linux 2>/dev/null | grep -c ': test$')
+  ctr_log=$(mktemp /tmp/sandpit-ctr-log.XXXXXX)
+  trap 'rm -rf "$bindir" "$ctr_log"; docker rm -f $(docker ps -aq --filter label=sandpit-test=containers) >/dev/null 2>&1 || true' EXIT
+  in_container() { # what, expected mode, docker run flags...
+    local what=$1 mode=$2; shift 2
+    say "native columns inside a container: $what (docker run $*; auto: ${mode%%:*})"
+    docker run --rm --label sandpit-test=containers "$@" -v "$bindir":/sandpit:ro \
+      -e SANDPIT_HELPER=/sandpit/sandpit -e CI=true -e SANDPIT_TEST_LINUX_MODE="$mode" \
+      -e SANDPIT_TEST_UID_BASE=3000000 \
+      "$image" bash -c '"$@" & wait $!' reaper "/sandpit/$(basename "$suite")" ::linux --test-threads=2 \
+      2>&1 | tee "$ctr_log" | grep -v '^test .* ok$'
+    # Every native case ran and passed (CI=true inside: a skipped column fails its cases).
+    grep -q "^test result: ok. $wanted passed; 0 failed; 0 ignored" "$ctr_log" \
+      || { echo "expected $wanted native cases to pass in this container" >&2; exit 1; }
+  }
+  # Default settings: Docker's seccomp profile refuses unshare (no CAP_SYS_ADMIN), so auto runs
+  # without namespaces: Landlock, seccomp, rlimits, the waiter. /sys/fs/cgroup is read-only.
+  in_container "default settings, root" "no-namespaces:unshare: EPERM" --user 0
+  in_container "default settings, uid 1000" "no-namespaces:unshare: EPERM" --user 1000
+  # Without the seccomp profile, unshare works but the container's masked /proc refuses a fresh
+  # proc mount (uid 1000), or root lacks CAP_SYS_ADMIN: still no namespaces.
+  in_container "seccomp=unconfined, uid 1000" "no-namespaces:mount proc in the new PID namespace" \
+    --user 1000 --security-opt seccomp=unconfined
+  in_container "seccomp=unconfined, root" "no-namespaces:unshare: EPERM" \
+    --user 0 --security-opt seccomp=unconfined
+  # CAP_SYS_ADMIN: the default profile then allows unshare and mount, not pivot_root.
+  in_container "--cap-add SYS_ADMIN, root" "no-namespaces:pivot_root: EPERM" --user 0 --cap-add SYS_ADMIN
+  # Both: the full sandbox with namespaces, on rlimits and per-session uids (no cgroup).
+  in_container "--cap-add SYS_ADMIN and seccomp=unconfined, root" "namespaces" \
+    --user 0 --cap-add SYS_ADMIN --security-opt seccomp=unconfined
+else
+  say "native columns inside containers: not run (needs root to start the Docker engine)"
+  if [ "${CI:-}" = true ]; then
+    echo "CI=true: the container stage must run (as root)" >&2
+    exit 1
+  fi
 fi
 say "all tests passed"

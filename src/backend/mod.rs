@@ -115,6 +115,30 @@ pub struct LayersReport {
     pub rlimits: Vec<String>,
 }
 
+impl LayersReport {
+    /// One line for people: what confines this sandbox (the REPL's banner).
+    pub fn summary(&self) -> String {
+        let mut parts = Vec::new();
+        if self.namespaces.is_empty() {
+            parts.push("no namespaces (host paths and pids)".to_string());
+        } else {
+            parts.push(format!("namespaces {}", self.namespaces.join(",")));
+        }
+        if self.own_root {
+            parts.push("own root".into());
+        }
+        parts.push(self.landlock.clone());
+        parts.push(format!("seccomp ({} filters)", self.seccomp_filters.len()));
+        parts.push(if self.cgroup {
+            "a cgroup".into()
+        } else {
+            "rlimits (no cgroup)".into()
+        });
+        parts.push(format!("uid {}", self.uid));
+        parts.join("; ")
+    }
+}
+
 /// What to run, never how: one session's driver and the sandbox it must run in. Each backend
 /// decides how ([`Backend::plan`]): the host's interpreter under namespaces, the image's in a
 /// container, a rendered Seatbelt profile, a wasm module.

@@ -39,8 +39,16 @@ fn prompt(request: &ApprovalRequest, deadline: Instant) -> Decision {
         }
     };
     let mut out = &tty;
+    let choices = match request.kind {
+        crate::pipeline::approval::ApprovalKind::Execution => {
+            "[y] run  [t] run and trust this session  [n] deny > "
+        }
+        crate::pipeline::approval::ApprovalKind::HostExec => {
+            "[y] run it  [t] run it, and this command again in this session  [n] deny > "
+        }
+    };
     let text = format!(
-        "\n{}[y] run  [t] run and trust this session  [n] deny > ",
+        "\n{}{choices}",
         String::from_utf8_lossy(&super::terminal::sanitize_for_terminal(
             request.prompt_text().as_bytes()
         ))
@@ -58,6 +66,18 @@ fn prompt(request: &ApprovalRequest, deadline: Instant) -> Decision {
             let _ = out.write_all(b"\n(no answer in time: denied)\n");
             Decision::Deny("no answer at the terminal in time".into())
         }
+    }
+}
+
+/// Host tools at the terminal: a `host_exec` command on a notify list is told on stderr (the
+/// result's warnings say it too); `http` tools cannot be answered here.
+pub struct TerminalToolNotices;
+
+impl crate::pipeline::tools::ToolFrontend for TerminalToolNotices {
+    fn notify(&self, notice: &crate::pipeline::tools::ToolNotice) {
+        let text = format!("sandpit: {}\n", notice.text());
+        let _ =
+            std::io::stderr().write_all(&super::terminal::sanitize_for_terminal(text.as_bytes()));
     }
 }
 

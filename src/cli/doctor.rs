@@ -157,5 +157,45 @@ fn pipeline_summary(policy: &crate::policy::Policy) -> Vec<String> {
     } else {
         "audit: off".into()
     });
+    let declared: Vec<String> = policy
+        .tools
+        .iter()
+        .map(|t| {
+            format!(
+                "{} ({}{})",
+                t.name,
+                t.kind.as_str(),
+                if t.enabled { "" } else { ", disabled" }
+            )
+        })
+        .collect();
+    out.push(format!(
+        "tools: {} (at most {} calls per cell)",
+        if declared.is_empty() {
+            "none declared".to_string()
+        } else {
+            declared.join(", ")
+        },
+        policy.tool_calls.max_per_cell
+    ));
+    let h = &policy.host_exec;
+    out.push(if h.enabled {
+        format!(
+            "host_exec: ENABLED, commands run on this host: {} deny, {} allow, {} notify globs; validator: {}; then ask ({} ms)",
+            h.deny.len(),
+            h.allow.len(),
+            h.notify.len(),
+            if !h.validator_command.is_empty() {
+                format!("{} (threshold {})", h.validator_command[0], h.validator_threshold)
+            } else if !h.validator_url.is_empty() {
+                format!("{} (threshold {})", h.validator_url, h.validator_threshold)
+            } else {
+                "none".to_string()
+            },
+            h.ask_timeout_ms
+        )
+    } else {
+        "host_exec: disabled".into()
+    });
     out
 }

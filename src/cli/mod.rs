@@ -62,6 +62,8 @@ pub enum Command {
     },
     /// HTTP API
     Serve {
+        #[command(flatten)]
+        backend: BackendArg,
         /// TCP address (default 127.0.0.1:8080); off loopback a bearer token is required
         #[arg(long, value_name = "ADDR", conflicts_with = "unix")]
         listen: Option<String>,
@@ -71,6 +73,10 @@ pub enum Command {
         /// Bearer token clients must send (else SANDPIT_TOKEN)
         #[arg(long, env = "SANDPIT_TOKEN", hide_env_values = true)]
         token: Option<String>,
+        /// Per-user tokens: a file of `USER TOKEN` lines (mode 0600); the token decides the
+        /// user, and each user sees and kills only their own sessions and approvals
+        #[arg(long, value_name = "FILE", env = "SANDPIT_TOKENS_FILE")]
+        tokens: Option<PathBuf>,
     },
     /// Which backends work here, and why not
     Doctor {
@@ -147,11 +153,19 @@ pub fn report_error(e: &crate::Error) {
     eprintln!("sandpit: {}", e.message_with_hint());
 }
 
+/// The manager of a long-lived server (`mcp`, `serve`): the policy's warm pool on.
+fn served() -> crate::session::manager::ManagerConfig {
+    crate::session::manager::ManagerConfig {
+        warm_pool: true,
+        ..Default::default()
+    }
+}
+
 /// `sandpit mcp`: the MCP server on stdio. Logs go to stderr; stdout carries only the protocol.
 async fn mcp(backend: BackendArg, policy: Policy) -> ExitCode {
     let started = async {
         let choice = backend_choice(&backend, &policy)?;
-        crate::session::manager::SessionManager::new(policy, choice, Default::default()).await
+        crate::session::manager::SessionManager::new(policy, choice, served()).await
     };
     let manager = match started.await {
         Ok(m) => m,
@@ -173,25 +187,32 @@ async fn mcp(backend: BackendArg, policy: Policy) -> ExitCode {
 
 /// `sandpit serve`: the HTTP API over the session manager.
 async fn serve(
+    backend: BackendArg,
     listen: Option<String>,
     unix: Option<PathBuf>,
     token: Option<String>,
+    tokens: Option<PathBuf>,
     policy: Policy,
 ) -> ExitCode {
     use crate::server::http::Listen;
-    let choice = match backend_choice(&BackendArg { backend: None }, &policy) {
+    let users = match tokens
+        .map(|p| crate::server::http::TokenTable::load(&p))
+        .transpose()
+    {
+        Ok(u) => u,
+        Err(e) => {
+            report_error(&e);
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let choice = match backend_choice(&backend, &policy) {
         Ok(c) => c,
         Err(e) => {
             report_error(&e);
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    let manager = match crate::session::manager::SessionManager::new(
-        policy,
-        choice,
-        Default::default(),
-    )
-    .await
+    let manager = match crate::session::manager::SessionManager::new(policy, choice, served()).await
     {
         Ok(m) => m,
         Err(e) => {
@@ -203,7 +224,7 @@ async fn serve(
         Some(p) => Listen::Unix(p),
         None => Listen::Tcp(listen.unwrap_or_else(|| "127.0.0.1:8080".into())),
     };
-    let outcome = crate::server::http::serve(manager.clone(), listen, token).await;
+    let outcome = crate::server::http::serve(manager.clone(), listen, token, users).await;
     manager.shutdown().await;
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
@@ -264,7 +285,9 @@ pub fn main() -> ExitCode {
             listen,
             unix,
             token,
-        } => runtime.block_on(serve(listen, unix, token, policy)),
+            tokens,
+            backend,
+        } => runtime.block_on(serve(backend, listen, unix, token, tokens, policy)),
         Command::Image {
             action: ImageAction::Build { offline },
         } => runtime.block_on(image::build(offline)),

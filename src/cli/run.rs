@@ -148,6 +148,7 @@ pub async fn run(args: RunArgs, policy: Policy) -> ExitCode {
         })),
         cancel: None,
         workspace: args.workspace.clone(),
+        tools: Some(Arc::new(super::approve::TerminalToolNotices)),
     };
 
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<OutputEvent>();

@@ -20,11 +20,28 @@ use std::sync::Mutex;
 use std::time::Duration;
 use tokio::sync::oneshot;
 
+/// What a person is asked to approve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalKind {
+    /// Code about to run in the sandbox (`approval.mode`).
+    #[default]
+    Execution,
+    /// A command line a cell asked a `host_exec` tool to run on the host (its cascade ended
+    /// at "ask"); `code` is the command line, `findings` say why a person is asked.
+    HostExec,
+}
+
 /// What a person is asked to approve. The code is already redacted.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ApprovalRequest {
     /// Identifies a pending approval (HTTP: `/v1/approvals/{id}`).
     pub id: String,
+    /// An execution, or a host command (`host_exec`).
+    pub kind: ApprovalKind,
+    /// For `host_exec`: the tool that asks (`host_exec` or another tool of that kind).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
     pub user: String,
     pub session_id: Option<String>,
     pub language: Language,
@@ -38,15 +55,23 @@ pub struct ApprovalRequest {
 impl ApprovalRequest {
     /// The text a prompt shows: what runs where, the findings, the code.
     pub fn prompt_text(&self) -> String {
-        let mut s = format!(
-            "Approve running this {} code{} for user {}?\n",
-            self.language,
-            self.session_id
-                .as_deref()
-                .map(|id| format!(" in session {id}"))
-                .unwrap_or_default(),
-            self.user
-        );
+        let session = self
+            .session_id
+            .as_deref()
+            .map(|id| format!(" in session {id}"))
+            .unwrap_or_default();
+        let mut s = match self.kind {
+            ApprovalKind::Execution => format!(
+                "Approve running this {} code{session} for user {}?\n",
+                self.language, self.user
+            ),
+            ApprovalKind::HostExec => format!(
+                "Approve running this command ON THE HOST (not in the sandbox), asked by {} code through the {} tool{session}, for user {}?\n",
+                self.language,
+                self.tool.as_deref().unwrap_or("host_exec"),
+                self.user
+            ),
+        };
         for f in &self.findings {
             s.push_str(&format!("  ! {f}\n"));
         }
@@ -177,6 +202,8 @@ mod tests {
     fn request(id: &str) -> ApprovalRequest {
         ApprovalRequest {
             id: id.into(),
+            kind: ApprovalKind::Execution,
+            tool: None,
             user: "u".into(),
             session_id: Some("s".into()),
             language: Language::Python,

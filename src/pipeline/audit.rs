@@ -1,5 +1,5 @@
-//! The audit trail: one JSON line per execution (or refusal), appended to a file that is
-//! rotated by size.
+//! The audit trail: one JSON line per execution (or refusal), and one per host tool call
+//! (`"record": "tool_call"`, `pipeline::tools`), appended to a file that is rotated by size.
 //!
 //! Every record is built from redacted text (the code, error messages), and the finished line
 //! passes through the redactor once more before it is written, so no line holds a secret the
@@ -49,6 +49,9 @@ pub struct AuditRecord {
     /// `not_required`, `approved`, `approved_and_trusted_session`, `denied`, or
     /// `trusted_session` (approval skipped because the session was trusted earlier).
     pub approval: String,
+    /// How many host tools the code called (each call has its own `tool_call` record).
+    #[serde(default)]
+    pub tool_calls: usize,
 }
 
 /// SHA-256 of `text`, lower-case hex.
@@ -156,8 +159,8 @@ impl AuditLog {
         Ok(file)
     }
 
-    /// Appends one record.
-    pub fn append(&self, record: &AuditRecord) -> Result<()> {
+    /// Appends one record (an [`AuditRecord`], or a tool call's record).
+    pub fn append<T: Serialize>(&self, record: &T) -> Result<()> {
         let line = serde_json::to_string(record)
             .map_err(|e| Error::sandbox(format!("serialize an audit record: {e}")))?;
         let mut line = self.redactor.redact_str(&line);
@@ -259,6 +262,7 @@ mod tests {
             error_code: None,
             findings: vec![],
             approval: "not_required".into(),
+            tool_calls: 0,
         }
     }
 

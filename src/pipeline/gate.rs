@@ -11,6 +11,7 @@ use super::analyzer::{Analyzer, Finding};
 use super::approval::{self, ApprovalRequest, ApprovalSettings, Approver, Decision};
 use super::audit::{sha256_hex, AuditLog, AuditRecord};
 use super::redact::Redactor;
+use super::tools::ToolBroker;
 use crate::error::{Error, Result};
 pub use crate::policy::pipeline::AnalyzerSettings;
 use crate::policy::Policy;
@@ -48,7 +49,8 @@ pub struct Pipeline {
     modes: AnalyzerSettings,
     redactor: Arc<Redactor>,
     approval: ApprovalSettings,
-    audit: Option<AuditLog>,
+    audit: Option<Arc<AuditLog>>,
+    tools: Arc<ToolBroker>,
 }
 
 impl Pipeline {
@@ -61,21 +63,28 @@ impl Pipeline {
                 .map_err(|e| Error::Config(format!("redaction: {e}")))?,
         );
         let audit = if policy.audit.enabled {
-            Some(AuditLog::open(
+            Some(Arc::new(AuditLog::open(
                 &policy.audit,
                 &policy.state_dir_for(crate::util::euid()),
                 redactor.clone(),
-            )?)
+            )?))
         } else {
             None
         };
+        let tools = Arc::new(ToolBroker::new(policy, redactor.clone(), audit.clone())?);
         Ok(Pipeline {
             analyzer: Arc::new(analyzer),
             modes: policy.analyzer.clone(),
             redactor,
             approval: policy.approval.clone(),
             audit,
+            tools,
         })
+    }
+
+    /// The host tools the code may call, and the broker that runs each call.
+    pub fn tools(&self) -> &Arc<ToolBroker> {
+        &self.tools
     }
 
     pub fn redactor(&self) -> &Arc<Redactor> {
@@ -131,6 +140,8 @@ impl Pipeline {
                     id: crate::util::random_hex(16)
                         .map(|n| n[..16].to_string())
                         .unwrap_or_else(|_| "approval".into()),
+                    kind: approval::ApprovalKind::Execution,
+                    tool: None,
                     user: user.to_string(),
                     session_id: req.session_id.clone(),
                     language: req.language,
@@ -234,17 +245,29 @@ impl Pipeline {
         for w in &mut r.warnings {
             *w = red.redact_str(w);
         }
+        for o in &mut r.outputs {
+            o.data = red.redact_str(&o.data);
+        }
         for f in &mut r.files {
-            if f.encoding == crate::types::Encoding::Utf8 {
-                f.content = red.redact_str(&f.content);
-            } else {
-                use base64::Engine;
-                let engine = base64::engine::general_purpose::STANDARD;
-                if let Ok(bytes) = engine.decode(&f.content) {
-                    let masked = red.redact_bytes(&bytes);
-                    if masked != bytes {
-                        f.content = engine.encode(&masked);
-                    }
+            self.redact_file(f);
+        }
+    }
+
+    /// Masks secrets in a file read back from a workspace (text, or base64-encoded bytes).
+    pub fn redact_file(&self, f: &mut crate::types::OutputFile) {
+        let red = &self.redactor;
+        if !red.is_enabled() {
+            return;
+        }
+        if f.encoding == crate::types::Encoding::Utf8 {
+            f.content = red.redact_str(&f.content);
+        } else {
+            use base64::Engine;
+            let engine = base64::engine::general_purpose::STANDARD;
+            if let Ok(bytes) = engine.decode(&f.content) {
+                let masked = red.redact_bytes(&bytes);
+                if masked != bytes {
+                    f.content = engine.encode(&masked);
                 }
             }
         }
@@ -299,6 +322,7 @@ impl Pipeline {
                 .map(|f| format!("{}@{} ({:?})", f.rule, f.line, f.action).to_lowercase())
                 .collect(),
             approval: admission.approval.to_string(),
+            tool_calls: r.tool_calls.len(),
         };
         if let Err(e) = log.append(&record) {
             tracing::warn!(error = %e, "could not write the audit record");

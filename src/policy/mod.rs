@@ -6,6 +6,7 @@
 //! embedded at build time.
 
 pub mod pipeline;
+pub mod tools;
 
 use crate::error::{Error, Result};
 use crate::types::{ExecRequest, Language};
@@ -123,19 +124,61 @@ pub struct LinuxSettings {
     pub uid_count: u32,
     /// `auto`: use namespaces where the host allows them; `off`: never (Landlock, seccomp,
     /// rlimits and a subreaper only, as on hosts that block unprivileged user namespaces).
-    pub namespaces: NamespaceMode,
+    pub namespaces: LayerMode,
     /// Use at most this Landlock ABI (0: whatever the kernel offers), to run the sandbox an
     /// older kernel would give, e.g. 4 for Ubuntu 24.04's 6.8 (no signal scoping).
     #[serde(default)]
     pub landlock_abi_max: u32,
+    /// `auto`: Landlock where the kernel has it; `off`: never, the layers a kernel without
+    /// Landlock gives (Raspberry Pi OS): namespaces, seccomp and rlimits, or a refusal.
+    #[serde(default)]
+    pub landlock: LayerMode,
+    /// Layers the native backend must have, else it refuses to run (and `doctor` says which
+    /// is missing), for operators who prefer a refusal to a weaker sandbox.
+    #[serde(default)]
+    pub require: Vec<RequiredLayer>,
 }
 
-/// Whether the native backend may use namespaces (`linux.namespaces`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// Whether the native backend may use a layer (`linux.namespaces`, `linux.landlock`): `auto`
+/// where the host allows it, `off` never.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum NamespaceMode {
+pub enum LayerMode {
+    #[default]
     Auto,
     Off,
+}
+
+/// A layer `linux.require` can insist on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RequiredLayer {
+    /// The sandbox's own root, PID, network and IPC namespaces.
+    Namespaces,
+    Landlock,
+    /// A cgroup per session (memory, pids and cpu for the whole session).
+    Cgroup,
+}
+
+impl RequiredLayer {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequiredLayer::Namespaces => "namespaces",
+            RequiredLayer::Landlock => "landlock",
+            RequiredLayer::Cgroup => "cgroup",
+        }
+    }
+}
+
+/// The warm pool (`[pool]`): sandboxes started ahead of demand by `serve` and `mcp`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolSettings {
+    /// Sandboxes kept ready per language (0: no pool).
+    pub size: usize,
+    pub languages: Vec<Language>,
+    /// A pooled sandbox older than this is replaced rather than handed out.
+    pub max_idle_s: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -158,6 +201,7 @@ pub struct Policy {
     pub limits: Limits,
     pub network: NetworkPolicy,
     pub packages: PackagesPolicy,
+    pub pool: PoolSettings,
     pub analyzer: pipeline::AnalyzerSettings,
     pub redaction: pipeline::RedactionConfig,
     pub approval: pipeline::ApprovalSettings,
@@ -165,8 +209,25 @@ pub struct Policy {
     pub interpreters: Interpreters,
     pub filesystem: FilesystemPolicy,
     pub linux: LinuxSettings,
+    /// Host tools sandboxed code may call (`[[tools]]`; none by default).
+    #[serde(default)]
+    pub tools: Vec<tools::ToolConfig>,
+    /// Limits on every tool call (`[tool_calls]`).
+    #[serde(default)]
+    pub tool_calls: tools::ToolCallSettings,
+    /// The built-in `host_exec` tool (`[host_exec]`; disabled by default).
+    #[serde(default = "default_host_exec")]
+    pub host_exec: tools::ToolConfig,
     #[serde(default)]
     pub wasi: WasiSettings,
+}
+
+fn default_host_exec() -> tools::ToolConfig {
+    tools::ToolConfig {
+        kind: tools::ToolKind::HostExec,
+        enabled: false,
+        ..Default::default()
+    }
 }
 
 /// The WASI backend's settings (`[wasi]`).
@@ -236,7 +297,8 @@ impl Policy {
         ))
     }
 
-    fn check(&self) -> Result<()> {
+    /// Checks the values a configuration may hold (ranges, the tools' declarations).
+    pub fn check(&self) -> Result<()> {
         if !TIMEOUT_RANGE_MS.contains(&self.defaults.timeout_ms) {
             return Err(Error::Config(format!(
                 "defaults.timeout_ms {} is outside 100..=300000",
@@ -274,7 +336,17 @@ impl Policy {
                 l.disk_mb, l.disk_inodes
             )));
         }
+        self.tool_calls.check()?;
+        tools::check_all(&self.tools, &self.host_exec)?;
         Ok(())
+    }
+
+    /// Every tool the sandboxed code may name: the declared ones, then the built-in
+    /// `host_exec` (present even when disabled, so that calling it says so).
+    pub fn declared_tools(&self) -> Vec<tools::ToolConfig> {
+        let mut all = self.tools.clone();
+        all.push(tools::builtin_host_exec(&self.host_exec));
+        all
     }
 
     /// Whether the policy allows a request's network at all.
@@ -441,6 +513,9 @@ pub const ENV_KEYS: &[(&str, &str, &str)] = &[
         "packages",
         "install_timeout_ms",
     ),
+    ("SANDPIT_POOL_SIZE", "pool", "size"),
+    ("SANDPIT_POOL_LANGUAGES", "pool", "languages"),
+    ("SANDPIT_POOL_MAX_IDLE_S", "pool", "max_idle_s"),
     ("SANDPIT_ANALYZER", "analyzer", "mode"),
     ("SANDPIT_REDACT", "redaction", "enabled"),
     ("SANDPIT_REDACT_ENV", "redaction", "env"),
@@ -464,6 +539,60 @@ pub const ENV_KEYS: &[(&str, &str, &str)] = &[
         "landlock_abi_max",
     ),
     ("SANDPIT_WASI_DIR", "wasi", "runtimes_dir"),
+    ("SANDPIT_LINUX_LANDLOCK", "linux", "landlock"),
+    ("SANDPIT_LINUX_REQUIRE", "linux", "require"),
+    (
+        "SANDPIT_TOOL_CALLS_MAX_PER_CELL",
+        "tool_calls",
+        "max_per_cell",
+    ),
+    (
+        "SANDPIT_TOOL_CALLS_MAX_CONCURRENT",
+        "tool_calls",
+        "max_concurrent",
+    ),
+    (
+        "SANDPIT_TOOL_CALLS_MAX_CALL_BYTES",
+        "tool_calls",
+        "max_call_bytes",
+    ),
+    (
+        "SANDPIT_TOOL_CALLS_MAX_RESULT_BYTES",
+        "tool_calls",
+        "max_result_bytes",
+    ),
+    ("SANDPIT_TOOL_CALLS_TIMEOUT_MS", "tool_calls", "timeout_ms"),
+    ("SANDPIT_HOST_EXEC", "host_exec", "enabled"),
+    ("SANDPIT_HOST_EXEC_DENY", "host_exec", "deny"),
+    ("SANDPIT_HOST_EXEC_ALLOW", "host_exec", "allow"),
+    ("SANDPIT_HOST_EXEC_NOTIFY", "host_exec", "notify"),
+    ("SANDPIT_HOST_EXEC_CWD", "host_exec", "cwd"),
+    ("SANDPIT_HOST_EXEC_TIMEOUT_MS", "host_exec", "timeout_ms"),
+    (
+        "SANDPIT_HOST_EXEC_VALIDATOR_COMMAND",
+        "host_exec",
+        "validator_command",
+    ),
+    (
+        "SANDPIT_HOST_EXEC_VALIDATOR_URL",
+        "host_exec",
+        "validator_url",
+    ),
+    (
+        "SANDPIT_HOST_EXEC_VALIDATOR_THRESHOLD",
+        "host_exec",
+        "validator_threshold",
+    ),
+    (
+        "SANDPIT_HOST_EXEC_VALIDATOR_TIMEOUT_MS",
+        "host_exec",
+        "validator_timeout_ms",
+    ),
+    (
+        "SANDPIT_HOST_EXEC_ASK_TIMEOUT_MS",
+        "host_exec",
+        "ask_timeout_ms",
+    ),
 ];
 
 fn apply_env(
@@ -711,6 +840,47 @@ mod tests {
             p.limits.disk_inodes = inodes;
             assert!(p.check().is_err(), "disk_mb {mb}, disk_inodes {inodes}");
         }
+    }
+
+    #[test]
+    fn host_exec_is_off_by_default_and_set_by_its_variables() {
+        let p = Policy::default();
+        assert!(!p.host_exec.enabled);
+        assert!(p.tools.is_empty());
+        let names: Vec<String> = p.declared_tools().into_iter().map(|t| t.name).collect();
+        assert_eq!(
+            names,
+            ["host_exec"],
+            "the built-in is always there to say it is off"
+        );
+        let mut v: toml::Value = toml::from_str(DEFAULT_POLICY).unwrap();
+        apply_env(&mut v, |k| match k {
+            "SANDPIT_HOST_EXEC" => Some("true".into()),
+            "SANDPIT_HOST_EXEC_ALLOW" => Some("git status*, git log*".into()),
+            "SANDPIT_HOST_EXEC_VALIDATOR_THRESHOLD" => Some("0.3".into()),
+            "SANDPIT_TOOL_CALLS_MAX_PER_CELL" => Some("5".into()),
+            _ => None,
+        })
+        .unwrap();
+        let p: Policy = v.try_into().unwrap();
+        p.check().unwrap();
+        assert!(p.host_exec.enabled);
+        assert_eq!(p.host_exec.allow, ["git status*", "git log*"]);
+        assert_eq!(p.host_exec.validator_threshold, 0.3);
+        assert_eq!(p.tool_calls.max_per_cell, 5);
+        // [[tools]] from a file, checked as a whole.
+        let declared: Vec<tools::ToolConfig> =
+            toml::from_str::<std::collections::BTreeMap<String, Vec<tools::ToolConfig>>>(
+                "[[tools]]\nname = \"x\"\nkind = \"command\"\ncommand = [\"relative\"]\n",
+            )
+            .unwrap()
+            .remove("tools")
+            .unwrap();
+        let bad = Policy {
+            tools: declared,
+            ..Default::default()
+        };
+        assert!(bad.check().is_err());
     }
 
     #[test]

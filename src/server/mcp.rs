@@ -74,8 +74,9 @@ impl ServerHandler for SandpitMcp {
             .with_instructions(
                 "Run untrusted Python, JavaScript or bash code in a sandbox with `execute_code`. \
                  Pass a `session_id` to keep state (variables, files) between calls; a variable \
-                 named `result` is returned as JSON. `list_sessions` and `kill_session` manage \
-                 sessions.",
+                 named `result` (or the value of a last expression) is returned as JSON. \
+                 `list_sessions` and `kill_session` manage sessions; `list_files`, `read_file` \
+                 and `write_file` reach a live session's workspace between calls.",
             )
     }
 
@@ -84,7 +85,15 @@ impl ServerHandler for SandpitMcp {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(tools()))
+        let mut all = tools();
+        // The host tools the code itself can call, so that a model writes code that uses them.
+        if let Some(note) = crate::pipeline::tools::describe_for_models(self.manager.policy()) {
+            if let Some(t) = all.iter_mut().find(|t| t.name == "execute_code") {
+                let text = format!("{}{note}", t.description.as_deref().unwrap_or_default());
+                t.description = Some(text.into());
+            }
+        }
+        Ok(ListToolsResult::with_all_items(all))
     }
 
     async fn call_tool(
@@ -101,10 +110,13 @@ impl ServerHandler for SandpitMcp {
             }
             "list_sessions" => self.list_sessions(args).await,
             "kill_session" => self.kill_session(args).await,
+            "list_files" | "read_file" | "write_file" => {
+                self.file_tool(request.name.as_ref(), args).await
+            }
             other => {
                 return Err(McpError::invalid_params(
                     format!(
-                    "unknown tool {other:?}; available: execute_code, list_sessions, kill_session"
+                    "unknown tool {other:?}; available: execute_code, list_sessions, kill_session, list_files, read_file, write_file"
                 ),
                     None,
                 ))
@@ -171,6 +183,34 @@ impl Approver for ElicitingApprover {
     }
 }
 
+/// Host tools over MCP: a `host_exec` command on a notify list is told to the client as a log
+/// message (level `notice`, logger `sandpit`); `http` tools cannot be answered here (the
+/// default refusal says so).
+struct McpToolFrontend {
+    peer: Peer<RoleServer>,
+}
+
+impl crate::pipeline::tools::ToolFrontend for McpToolFrontend {
+    fn notify(&self, notice: &crate::pipeline::tools::ToolNotice) {
+        let peer = self.peer.clone();
+        let data = json!({ "message": notice.text(), "tool": notice.tool, "command": notice.command, "session_id": notice.session_id });
+        tokio::spawn(async move {
+            // Logging is the protocol's way to tell a client's user something unasked.
+            #[allow(deprecated)]
+            let params = rmcp::model::LoggingMessageNotificationParam::new(
+                rmcp::model::LoggingLevel::Notice,
+                data,
+            )
+            .with_logger("sandpit");
+            #[allow(deprecated)]
+            let sent = peer.notify_logging_message(params).await;
+            if let Err(e) = sent {
+                tracing::debug!(error = %e, "could not send a tool notice to the MCP client");
+            }
+        });
+    }
+}
+
 fn decision_from_elicitation(
     action: rmcp::model::ElicitationAction,
     content: Option<&Value>,
@@ -218,9 +258,10 @@ impl SandpitMcp {
         };
         let via = Via {
             interface: "mcp",
-            approver: Some(Arc::new(ElicitingApprover { peer })),
+            approver: Some(Arc::new(ElicitingApprover { peer: peer.clone() })),
             cancel: Some(cancel.clone()),
             workspace: None,
+            tools: Some(Arc::new(McpToolFrontend { peer })),
         };
         let result = self.manager.execute_via(req, None, via).await;
         watcher.abort();
@@ -299,6 +340,115 @@ impl SandpitMcp {
                 e.message_with_hint(),
                 Some(json!({ "error": { "code": e.code(), "message": e.message_with_hint() } })),
             ),
+        }
+    }
+}
+
+impl SandpitMcp {
+    /// `list_files`, `read_file`, `write_file`: the files API on a live session's workspace.
+    async fn file_tool(&self, tool: &str, args: JsonObject) -> CallToolResult {
+        let allowed: &[&str] = match tool {
+            "list_files" => &["session_id", "dir"],
+            "read_file" => &["session_id", "path"],
+            _ => &["session_id", "path", "content", "encoding"],
+        };
+        if let Err(message) = check_arg_names(&args, allowed) {
+            return invalid_arguments(tool, &message);
+        }
+        let text_arg = |name: &str, required: bool| -> Result<String, String> {
+            match args.get(name) {
+                Some(Value::String(s)) => Ok(s.clone()),
+                Some(_) => Err(format!("`{name}` must be a string")),
+                None if required => Err(format!("missing required argument `{name}`")),
+                None => Ok(String::new()),
+            }
+        };
+        let fail = |e: crate::Error| {
+            tool_error(
+                e.message_with_hint(),
+                Some(json!({ "error": { "code": e.code(), "message": e.message_with_hint() } })),
+            )
+        };
+        let id = match text_arg("session_id", true) {
+            Ok(id) => id,
+            Err(m) => return invalid_arguments(tool, &m),
+        };
+        match tool {
+            "list_files" => {
+                let dir = text_arg("dir", false).unwrap_or_default();
+                match self.manager.list_files(MCP_USER, &id, &dir).await {
+                    Ok(files) => {
+                        let text = if files.is_empty() {
+                            "(empty)".to_string()
+                        } else {
+                            files
+                                .iter()
+                                .map(|f| match f.kind.as_str() {
+                                    "file" => format!("{} ({} bytes)", f.path, f.size),
+                                    kind => format!("{} ({kind})", f.path),
+                                })
+                                .collect::<Vec<_>>()
+                                .join("\n")
+                        };
+                        let mut out = CallToolResult::success(vec![ContentBlock::text(text)]);
+                        out.structured_content = Some(json!({ "files": files }));
+                        out
+                    }
+                    Err(e) => fail(e),
+                }
+            }
+            "read_file" => {
+                let path = match text_arg("path", true) {
+                    Ok(p) => p,
+                    Err(m) => return invalid_arguments(tool, &m),
+                };
+                match self.manager.read_file(MCP_USER, &id, &path).await {
+                    Ok(f) => {
+                        let text = match f.encoding {
+                            crate::types::Encoding::Utf8 => f.content.clone(),
+                            crate::types::Encoding::Base64 => format!(
+                                "{} is binary ({} bytes); its base64 is in the structured content",
+                                f.path, f.size
+                            ),
+                        };
+                        let mut out = CallToolResult::success(vec![ContentBlock::text(text)]);
+                        out.structured_content = serde_json::to_value(&f).ok();
+                        out
+                    }
+                    Err(e) => fail(e),
+                }
+            }
+            _ => {
+                let (path, content) = match (text_arg("path", true), text_arg("content", true)) {
+                    (Ok(p), Ok(c)) => (p, c),
+                    (Err(m), _) | (_, Err(m)) => return invalid_arguments(tool, &m),
+                };
+                let encoding = match args.get("encoding").and_then(Value::as_str) {
+                    None | Some("utf8") => crate::types::Encoding::Utf8,
+                    Some("base64") => crate::types::Encoding::Base64,
+                    Some(other) => {
+                        return invalid_arguments(
+                            tool,
+                            &format!("`encoding` {other:?} must be utf8 or base64"),
+                        )
+                    }
+                };
+                let spec = crate::types::FileSpec {
+                    path: path.clone(),
+                    content,
+                    encoding,
+                };
+                match self.manager.write_file(MCP_USER, &id, spec).await {
+                    Ok(size) => {
+                        let mut out = CallToolResult::success(vec![ContentBlock::text(format!(
+                            "wrote {path} ({size} bytes) in session {id}'s workspace"
+                        ))]);
+                        out.structured_content = Some(json!({ "path": path, "size": size }));
+                        out
+                    }
+                    Err(e) => fail(e),
+                }
+            }
         }
     }
 }
@@ -495,6 +645,62 @@ fn tools() -> Vec<Tool> {
         .with_title("List sessions")
         .with_annotations(ToolAnnotations::new().read_only(true)),
         Tool::new(
+            "list_files",
+            "List the files of a live session's workspace (the code's working directory), or of \
+             a directory in it.",
+            schema(json!({
+                "type": "object",
+                "properties": {
+                    "session_id": { "type": "string", "description": "A live session." },
+                    "dir": { "type": "string", "description": "A directory relative to the workspace (default: the workspace)." }
+                },
+                "required": ["session_id"],
+                "additionalProperties": false
+            })),
+        )
+        .with_title("List files")
+        .with_annotations(ToolAnnotations::new().read_only(true)),
+        Tool::new(
+            "read_file",
+            "Read one file of a live session's workspace (at most 10 MiB; text as is, binary \
+             as base64 in the structured content).",
+            schema(json!({
+                "type": "object",
+                "properties": {
+                    "session_id": { "type": "string", "description": "A live session." },
+                    "path": { "type": "string", "description": "Relative to the workspace." }
+                },
+                "required": ["session_id", "path"],
+                "additionalProperties": false
+            })),
+        )
+        .with_title("Read file")
+        .with_annotations(ToolAnnotations::new().read_only(true)),
+        Tool::new(
+            "write_file",
+            "Write one file into a live session's workspace (parents created, an existing file \
+             replaced), for the session's next cells to use.",
+            schema(json!({
+                "type": "object",
+                "properties": {
+                    "session_id": { "type": "string", "description": "A live session." },
+                    "path": { "type": "string", "description": "Relative to the workspace." },
+                    "content": { "type": "string" },
+                    "encoding": { "type": "string", "enum": ["utf8", "base64"], "default": "utf8" }
+                },
+                "required": ["session_id", "path", "content"],
+                "additionalProperties": false
+            })),
+        )
+        .with_title("Write file")
+        .with_annotations(
+            ToolAnnotations::new()
+                .read_only(false)
+                .destructive(false)
+                .idempotent(true)
+                .open_world(false),
+        ),
+        Tool::new(
             "kill_session",
             "Kill a persistent session and free its sandbox; its state is lost.",
             kill,
@@ -531,7 +737,7 @@ mod tests {
     #[test]
     fn tools_have_object_schemas() {
         let tools = tools();
-        assert_eq!(tools.len(), 3);
+        assert_eq!(tools.len(), 6);
         for t in tools {
             assert_eq!(t.input_schema.get("type"), Some(&json!("object")));
         }

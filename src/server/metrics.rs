@@ -51,9 +51,14 @@ impl Metrics {
         }
     }
 
-    /// The Prometheus text exposition, with the current number of live `sessions` and the
-    /// `queue` length.
-    pub(crate) fn render(&self, sessions: usize, queue: usize) -> String {
+    /// The Prometheus text exposition, with the current number of live `sessions`, the
+    /// `queue` length and the warm pool's counters (when there is a pool).
+    pub(crate) fn render(
+        &self,
+        sessions: usize,
+        queue: usize,
+        pool: Option<crate::session::pool::PoolStats>,
+    ) -> String {
         use std::fmt::Write as _;
         let m = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let mut s = String::new();
@@ -90,6 +95,17 @@ impl Metrics {
         s.push_str("# HELP sandpit_queue_length Executions waiting for a slot.\n");
         s.push_str("# TYPE sandpit_queue_length gauge\n");
         let _ = writeln!(s, "sandpit_queue_length {queue}");
+        if let Some(p) = pool {
+            s.push_str("# HELP sandpit_pool_hits_total New sandboxes taken from the warm pool.\n");
+            s.push_str("# TYPE sandpit_pool_hits_total counter\n");
+            let _ = writeln!(s, "sandpit_pool_hits_total {}", p.hits);
+            s.push_str("# HELP sandpit_pool_misses_total New sandboxes of a pooled configuration started cold (the pool was empty).\n");
+            s.push_str("# TYPE sandpit_pool_misses_total counter\n");
+            let _ = writeln!(s, "sandpit_pool_misses_total {}", p.misses);
+            s.push_str("# HELP sandpit_pool_ready Sandboxes ready in the warm pool.\n");
+            s.push_str("# TYPE sandpit_pool_ready gauge\n");
+            let _ = writeln!(s, "sandpit_pool_ready {}", p.ready);
+        }
         s
     }
 }

@@ -31,6 +31,8 @@ pub(super) struct Watched {
     pub(super) died: bool,
     pub(super) timed_out: bool,
     pub(super) user_interrupted: bool,
+    /// The host tool calls the cell made, in the order they came.
+    pub(super) tool_calls: Vec<crate::types::ToolCallSummary>,
 }
 
 /// What [`Session::after_cell`] found.
@@ -87,6 +89,7 @@ pub(super) fn describe_end(
             result.result = r.result;
             result.exception = r.exception;
             result.warnings.extend(r.warnings);
+            result.outputs = r.outputs;
             result.status = if end.timed_out {
                 Status::Timeout
             } else {
@@ -306,6 +309,7 @@ mod tests {
             result: None,
             exception: None,
             warnings: vec![],
+            outputs: vec![],
         };
         describe_end(
             CellEnd {

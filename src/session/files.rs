@@ -254,6 +254,79 @@ pub fn read_outputs(workspace: &Path, paths: &[String]) -> (Vec<OutputFile>, Vec
     (files, warnings)
 }
 
+/// One entry of a workspace directory (the files API's listing).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct FileEntry {
+    /// Relative to the workspace.
+    pub path: String,
+    /// `file`, `dir`, `symlink` or `other`.
+    pub kind: String,
+    /// Bytes (files; 0 otherwise).
+    pub size: u64,
+}
+
+/// The most entries one listing returns.
+pub const MAX_LISTED: usize = 10_000;
+
+/// Lists the directory `dir` (relative; "" or "." is the workspace itself), resolved beneath
+/// the workspace like every other path: entries are not followed, symlinks show as such.
+pub fn list(workspace: &Path, dir: &str) -> Result<Vec<FileEntry>> {
+    let root = open_dir(workspace)
+        .map_err(|e| Error::io(format!("open workspace {}", workspace.display()), e))?;
+    let dir = dir.trim_end_matches('/');
+    let fd = if dir.is_empty() || dir == "." {
+        root
+    } else {
+        let rel = check_relative(dir)?;
+        open_beneath(&root, rel, libc::O_RDONLY | libc::O_DIRECTORY, 0).map_err(|e| {
+            Error::InvalidRequest(format!(
+                "cannot list {dir:?}: {e} (paths are relative to the workspace; symlinks are not followed)"
+            ))
+        })?
+    };
+    let mut d = nix::dir::Dir::from_fd(fd.as_raw_fd())
+        .map_err(|e| Error::io(format!("list {dir:?}"), e.into()))?;
+    // Dir closes the descriptor it was given.
+    std::mem::forget(fd);
+    let prefix = if dir.is_empty() || dir == "." {
+        String::new()
+    } else {
+        format!("{dir}/")
+    };
+    let mut out = Vec::new();
+    let dfd = d.as_raw_fd();
+    for entry in d.iter().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name == "." || name == ".." {
+            continue;
+        }
+        let st = nix::sys::stat::fstatat(
+            Some(dfd),
+            entry.file_name(),
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        );
+        let (kind, size) = match st {
+            Ok(st) => match st.st_mode & libc::S_IFMT {
+                libc::S_IFREG => ("file", st.st_size as u64),
+                libc::S_IFDIR => ("dir", 0),
+                libc::S_IFLNK => ("symlink", 0),
+                _ => ("other", 0),
+            },
+            Err(_) => continue,
+        };
+        out.push(FileEntry {
+            path: format!("{prefix}{name}"),
+            kind: kind.into(),
+            size,
+        });
+        if out.len() >= MAX_LISTED {
+            break;
+        }
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -345,5 +418,36 @@ mod tests {
         let (files, warnings) = read_outputs(d.path(), &["fifo".into()]);
         assert!(files.is_empty());
         assert!(warnings[0].contains("not a regular file"), "{warnings:?}");
+    }
+}
+
+#[cfg(test)]
+mod listing_tests {
+    use super::*;
+
+    #[test]
+    fn listing_stays_beneath_the_workspace() {
+        let ws = tempfile::tempdir().unwrap();
+        std::fs::create_dir(ws.path().join("sub")).unwrap();
+        std::fs::write(ws.path().join("sub/a.txt"), "abc").unwrap();
+        std::os::unix::fs::symlink("/etc", ws.path().join("out")).unwrap();
+        let top = list(ws.path(), "").unwrap();
+        let kinds: Vec<(&str, &str)> = top
+            .iter()
+            .map(|e| (e.path.as_str(), e.kind.as_str()))
+            .collect();
+        assert_eq!(kinds, [("out", "symlink"), ("sub", "dir")]);
+        let sub = list(ws.path(), "sub").unwrap();
+        assert_eq!(
+            sub,
+            [FileEntry {
+                path: "sub/a.txt".into(),
+                kind: "file".into(),
+                size: 3
+            }]
+        );
+        assert!(list(ws.path(), "out").is_err(), "a symlink is not followed");
+        assert!(list(ws.path(), "../").is_err());
+        assert!(list(ws.path(), "/etc").is_err());
     }
 }

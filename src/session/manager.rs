@@ -8,6 +8,7 @@ use crate::backend::{self, Backend, BackendChoice};
 use crate::error::{Error, Result};
 use crate::pipeline::approval::Approver;
 use crate::pipeline::gate::{Admission, Caller, Pipeline};
+use crate::pipeline::tools::{ScopeContext, ToolFrontend};
 use crate::policy::Policy;
 use crate::types::{ExecRequest, ExecResult, Language};
 use serde::Serialize;
@@ -28,6 +29,8 @@ pub struct ManagerConfig {
     pub max_queue: usize,
     /// A session unused this long is killed by the sweep.
     pub idle_ttl: Duration,
+    /// Keep sandboxes started ahead of demand as the policy's `[pool]` says (`serve`, `mcp`).
+    pub warm_pool: bool,
 }
 
 impl Default for ManagerConfig {
@@ -37,6 +40,7 @@ impl Default for ManagerConfig {
             max_concurrent: 10,
             max_queue: 1000,
             idle_ttl: Duration::from_secs(600),
+            warm_pool: false,
         }
     }
 }
@@ -62,6 +66,8 @@ struct Entry {
     busy: std::sync::atomic::AtomicBool,
     /// A person chose "approve and trust this session": no more approval prompts for it.
     trusted: std::sync::atomic::AtomicBool,
+    /// `host_exec` command lines a person trusted for this session.
+    trusted_commands: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
     session: Mutex<Option<Session>>,
 }
 
@@ -76,6 +82,10 @@ pub struct Via {
     /// A host directory to run in instead of a fresh workspace (kept afterwards). Only a local,
     /// trusted caller sets it (`sandpit run --workspace`); it never comes from the wire.
     pub workspace: Option<std::path::PathBuf>,
+    /// Answers the cell's calls of `http` tools and is told about notified `host_exec`
+    /// commands (the HTTP API's pending calls, a library's handler); `None`: `http` tools
+    /// fail, saying why.
+    pub tools: Option<Arc<dyn ToolFrontend>>,
 }
 
 impl Via {
@@ -85,8 +95,18 @@ impl Via {
             approver: None,
             cancel: None,
             workspace: None,
+            tools: None,
         }
     }
+}
+
+/// A session [`SessionManager::open`] started or found.
+#[derive(Debug, Clone)]
+pub struct Opened {
+    /// The interpreter's version, as its driver reported it.
+    pub version: String,
+    /// What confines its sandbox, in one line.
+    pub sandbox: String,
 }
 
 /// The shared session service.
@@ -98,6 +118,7 @@ pub struct SessionManager {
     sessions: Mutex<HashMap<String, Arc<Entry>>>,
     slots: Semaphore,
     waiting: AtomicUsize,
+    pool: Option<Arc<super::pool::WarmPool>>,
 }
 
 impl SessionManager {
@@ -130,7 +151,13 @@ impl SessionManager {
         pipeline: Arc<Pipeline>,
         config: ManagerConfig,
     ) -> Arc<SessionManager> {
+        let pool = if config.warm_pool {
+            super::pool::WarmPool::start(&policy, backend.clone())
+        } else {
+            None
+        };
         let m = Arc::new(SessionManager {
+            pool,
             policy,
             pipeline,
             backend,
@@ -146,6 +173,9 @@ impl SessionManager {
                 tick.tick().await;
                 let Some(m) = weak.upgrade() else { break };
                 m.sweep().await;
+                if let Some(p) = &m.pool {
+                    p.expire().await;
+                }
             }
         });
         m
@@ -261,6 +291,17 @@ impl SessionManager {
         via: &Via,
     ) -> Result<ExecResult> {
         let cancel = via.cancel.clone();
+        let scope_for = |trusted_commands| {
+            Some(self.pipeline.tools().scope(ScopeContext {
+                interface: via.interface,
+                user: req.user.clone(),
+                session_id: req.session_id.clone(),
+                language: req.language,
+                approver: via.approver.clone(),
+                frontend: via.tools.clone(),
+                trusted_commands,
+            }))
+        };
         // A slot, or a place in the bounded queue.
         let permit = match self.slots.try_acquire() {
             Ok(p) => p,
@@ -278,12 +319,16 @@ impl SessionManager {
             // One-shot: a fresh sandbox, gone afterwards.
             let mut config = SessionConfig::for_request(&self.policy, req);
             config.workspace = via.workspace.clone();
-            let mut s = Session::start(&self.policy, self.backend.clone(), config).await?;
-            s.set_redactor(self.pipeline.redactor().clone());
-            let r = s.run_request_cancellable(req, output, cancel).await;
+            let mut s = self.start_session(config).await?;
+            let tools = scope_for(Default::default());
+            let r = s.run_request_cancellable(req, output, cancel, tools).await;
             s.kill().await;
             drop(permit);
-            return r;
+            // The sandbox is gone: its id names no session a caller could come back to.
+            return r.map(|mut r| {
+                r.session_id = None;
+                r
+            });
         };
         let entry = self.entry_for(&id, req).await?;
         if admission.trust_session {
@@ -296,12 +341,13 @@ impl SessionManager {
                 let mut config = SessionConfig::for_request(&self.policy, req);
                 config.session_id = Some(id.clone());
                 config.workspace = via.workspace.clone();
-                let mut s = Session::start(&self.policy, self.backend.clone(), config).await?;
-                s.set_redactor(self.pipeline.redactor().clone());
-                *guard = Some(s);
+                *guard = Some(self.start_session(config).await?);
             }
             match guard.as_mut() {
-                Some(s) => s.run_request_cancellable(req, output, cancel).await,
+                Some(s) => {
+                    let tools = scope_for(entry.trusted_commands.clone());
+                    s.run_request_cancellable(req, output, cancel, tools).await
+                }
                 None => Err(Error::sandbox("session vanished")),
             }
         }
@@ -318,7 +364,7 @@ impl SessionManager {
     /// Starts session `id` for `user` now rather than at its first execution (`sandpit repl`
     /// shows the interpreter's version before the first line); returns that version. The same
     /// owner, language and session-count checks as an execution apply.
-    pub async fn open(&self, user: &str, id: &str, language: Language) -> Result<String> {
+    pub async fn open(&self, user: &str, id: &str, language: Language) -> Result<Opened> {
         let mut req = ExecRequest::new(language, String::new());
         req.user = user.to_string();
         req.session_id = Some(id.to_string());
@@ -328,15 +374,42 @@ impl SessionManager {
         if guard.is_none() {
             let mut config = SessionConfig::for_request(&self.policy, &req);
             config.session_id = Some(id.to_string());
-            let mut s = Session::start(&self.policy, self.backend.clone(), config).await?;
-            s.set_redactor(self.pipeline.redactor().clone());
-            *guard = Some(s);
+            *guard = Some(self.start_session(config).await?);
         }
-        Ok(guard
-            .as_ref()
-            .and_then(|s| s.interpreter_version())
-            .unwrap_or_default()
-            .to_string())
+        let s = guard.as_ref();
+        Ok(Opened {
+            version: s
+                .and_then(|s| s.interpreter_version())
+                .unwrap_or_default()
+                .to_string(),
+            sandbox: s.map(|s| s.sandbox_summary()).unwrap_or_default(),
+        })
+    }
+
+    /// A sandbox for `config`: a pooled one when one matches exactly, else a fresh start.
+    async fn start_session(&self, mut config: SessionConfig) -> Result<Session> {
+        let id = match config.session_id.clone() {
+            Some(id) => id,
+            None => format!("s-{}", crate::util::random_hex(6)?),
+        };
+        let pooled = match &self.pool {
+            Some(pool) => pool.take(&config, &id).await,
+            None => None,
+        };
+        let mut s = match pooled {
+            Some(s) => s,
+            None => {
+                config.session_id = Some(id);
+                Session::start(&self.policy, self.backend.clone(), config).await?
+            }
+        };
+        s.set_redactor(self.pipeline.redactor().clone());
+        Ok(s)
+    }
+
+    /// The warm pool's hits, misses and ready sandboxes (`None`: no pool).
+    pub fn pool_stats(&self) -> Option<super::pool::PoolStats> {
+        self.pool.as_ref().map(|p| p.stats())
     }
 
     /// The entry for `id`: the existing one (checked for owner and language) or a new one.
@@ -365,6 +438,7 @@ impl SessionManager {
             last_used: std::sync::Mutex::new((Instant::now(), SystemTime::now())),
             busy: std::sync::atomic::AtomicBool::new(false),
             trusted: std::sync::atomic::AtomicBool::new(false),
+            trusted_commands: Default::default(),
             session: Mutex::new(None),
         });
         sessions.insert(id.to_string(), e.clone());
@@ -429,6 +503,91 @@ impl SessionManager {
         Ok(true)
     }
 
+    /// The files API: `user`'s live session `id` and its workspace on this host.
+    async fn session_workspace(&self, user: &str, id: &str) -> Result<std::path::PathBuf> {
+        let entry = {
+            let sessions = self.sessions.lock().await;
+            match sessions.get(id) {
+                None => return Err(Error::SessionNotFound(id.to_string())),
+                Some(e) if e.user != user => return Err(Error::SessionForbidden(id.to_string())),
+                Some(e) => e.clone(),
+            }
+        };
+        // Waits for a running cell: files change between cells, not under one.
+        let guard = entry.session.lock().await;
+        let Some(s) = guard.as_ref() else {
+            return Err(Error::SessionNotFound(id.to_string()));
+        };
+        s.host_workspace().ok_or_else(|| {
+            Error::InvalidRequest(format!(
+                "the {} backend gives no host access to a session's workspace; pass files with the code instead",
+                self.backend_name()
+            ))
+        })
+    }
+
+    /// Lists directory `dir` of a live session's workspace (`""`: the workspace).
+    pub async fn list_files(
+        &self,
+        user: &str,
+        id: &str,
+        dir: &str,
+    ) -> Result<Vec<super::files::FileEntry>> {
+        let ws = self.session_workspace(user, id).await?;
+        let dir = dir.to_string();
+        tokio::task::spawn_blocking(move || super::files::list(&ws, &dir))
+            .await
+            .map_err(|e| Error::sandbox(format!("list files: {e}")))?
+    }
+
+    /// Reads one file of a live session's workspace (at most 10 MiB, a single-link regular
+    /// file beneath the workspace), redacted like output files.
+    pub async fn read_file(
+        &self,
+        user: &str,
+        id: &str,
+        path: &str,
+    ) -> Result<crate::types::OutputFile> {
+        let ws = self.session_workspace(user, id).await?;
+        let wanted = vec![path.to_string()];
+        let (mut files, warnings) =
+            tokio::task::spawn_blocking(move || super::files::read_outputs(&ws, &wanted))
+                .await
+                .map_err(|e| Error::sandbox(format!("read a file: {e}")))?;
+        let Some(mut file) = files.pop() else {
+            let why = warnings.join("; ");
+            return Err(if why.contains("No such file") {
+                Error::InvalidRequest(format!("no file {path:?} in session {id}'s workspace"))
+            } else {
+                Error::InvalidRequest(why.replace("output_files: ", ""))
+            });
+        };
+        self.pipeline.redact_file(&mut file);
+        tracing::info!(session = %id, user = %user, path = %path, "file read through the files API");
+        Ok(file)
+    }
+
+    /// Writes one file into a live session's workspace, as request `files` are written
+    /// (beneath the workspace, replaced by rename, owned by the sandbox). Returns its size.
+    pub async fn write_file(
+        &self,
+        user: &str,
+        id: &str,
+        file: crate::types::FileSpec,
+    ) -> Result<u64> {
+        let ws = self.session_workspace(user, id).await?;
+        let size = match file.encoding {
+            crate::types::Encoding::Utf8 => file.content.len() as u64,
+            crate::types::Encoding::Base64 => (file.content.len() as u64 / 4) * 3,
+        };
+        let path = file.path.clone();
+        tokio::task::spawn_blocking(move || super::files::write_inputs(&ws, &[file]))
+            .await
+            .map_err(|e| Error::sandbox(format!("write a file: {e}")))??;
+        tracing::info!(session = %id, user = %user, path = %path, "file written through the files API");
+        Ok(size)
+    }
+
     /// Kills sessions idle longer than the TTL.
     pub async fn sweep(&self) {
         let expired: Vec<(String, Arc<Entry>)> = {
@@ -459,6 +618,9 @@ impl SessionManager {
     /// Tears down every session and its sandbox.
     pub async fn shutdown(&self) {
         self.slots.close();
+        if let Some(p) = &self.pool {
+            p.shutdown().await;
+        }
         let all: Vec<(String, Arc<Entry>)> = self.sessions.lock().await.drain().collect();
         for (id, e) in all {
             if let Some(mut s) = e.session.lock().await.take() {

@@ -12,18 +12,21 @@
 mod cell;
 use cell::{describe_end, Aftermath, Cell, CellEnd, Fresh, StreamState, Watched};
 mod disk;
-mod files;
+pub mod files;
 pub mod manager;
 pub mod packages;
+pub mod pool;
 
 use crate::backend::{Backend, LaunchSpec, Reader, SandboxControl, Writer};
 use crate::error::{Error, Result};
 use crate::pipeline::output::BoundedCapture;
 use crate::pipeline::redact::Redactor;
+use crate::pipeline::tools::{Begin, Finished, ToolCall, ToolScope};
 use crate::pipeline::wrapper::{self, CellResponse, CellStatus};
 use crate::policy::{Limits, Policy};
-use crate::types::{ExecRequest, ExecResult, Language, Status};
-use std::collections::BTreeMap;
+use crate::types::{ExecRequest, ExecResult, Language, Status, ToolCallStatus, ToolCallSummary};
+use futures_util::StreamExt;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -55,6 +58,12 @@ pub const START_TIMEOUT: Duration = Duration::from_secs(20);
 const IDLE_FLUSH: Duration = Duration::from_millis(100);
 /// After the response, how long the end markers may lag behind on the output streams.
 const MARKER_GRACE: Duration = Duration::from_millis(500);
+/// After an interrupt, how long the calls it cancelled wait for their answers: the interrupt
+/// itself (SIGINT) ends a call the cell's main flow waits on, and must get there first (on
+/// Docker it travels through the engine's API), or the cell would end on the answer and a late
+/// SIGINT could reach the next cell. The answers are for callers the signal does not end (a
+/// Python thread, a bash background job), which the driver waits for before it responds.
+const CANCEL_ANSWER_DELAY: Duration = Duration::from_millis(500);
 /// The largest response line (mostly the `result` value) read from a driver.
 const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
 
@@ -84,6 +93,9 @@ pub struct ExecOptions {
     pub output: Option<mpsc::UnboundedSender<OutputEvent>>,
     /// Interrupts the running cell when notified (e.g. Ctrl-C in `sandpit repl`).
     pub cancel: Option<Arc<tokio::sync::Notify>>,
+    /// Answers the host tool calls the cell makes (`pipeline::tools`); without it every call
+    /// is refused, saying why.
+    pub tools: Option<Arc<ToolScope>>,
 }
 
 impl ExecOptions {
@@ -94,6 +106,7 @@ impl ExecOptions {
             interactive: false,
             output: None,
             cancel: None,
+            tools: None,
         }
     }
 }
@@ -125,6 +138,8 @@ struct Running {
     terminal_in: Writer,
     requests: Writer,
     responses: BufReader<Reader>,
+    /// A response line read in part (kept across the watch loop's turns).
+    lines: LineReader,
     stdout: mpsc::Receiver<Vec<u8>>,
     stderr: mpsc::Receiver<Vec<u8>>,
     control: Arc<dyn SandboxControl>,
@@ -180,31 +195,64 @@ fn pump(mut r: Reader) -> mpsc::Receiver<Vec<u8>> {
     rx
 }
 
-/// Reads one `\n`-terminated line of at most `max` bytes (the rest of a longer line is
-/// discarded and reported as `Err(len)`). `Ok(None)` is EOF.
-async fn read_line_bounded(
-    r: &mut BufReader<Reader>,
-    max: usize,
-) -> std::io::Result<Option<std::result::Result<Vec<u8>, usize>>> {
-    let mut line = Vec::new();
-    let mut total = 0usize;
-    loop {
-        let buf = r.fill_buf().await?;
-        if buf.is_empty() {
-            return Ok(None);
-        }
-        let (chunk, done) = match buf.iter().position(|&b| b == b'\n') {
-            Some(i) => (&buf[..i], i + 1),
-            None => (buf, buf.len()),
-        };
-        total += chunk.len();
-        if line.len() + chunk.len() <= max {
-            line.extend_from_slice(chunk);
-        }
-        let found = done <= buf.len() && buf.get(done - 1) == Some(&b'\n');
-        r.consume(done);
-        if found {
-            return Ok(Some(if total > max { Err(total) } else { Ok(line) }));
+/// A line longer than the limit: its length and its first [`OVERSIZED_HEAD`] bytes (enough to
+/// tell a tool call's id).
+#[derive(Debug)]
+struct Oversized {
+    len: usize,
+    head: Vec<u8>,
+}
+
+/// How much of an oversized line is kept.
+const OVERSIZED_HEAD: usize = 256;
+
+/// Reads `\n`-terminated lines of at most `max` bytes from the response channel (the rest
+/// of a longer line is discarded and reported as `Err`, with its head). Cancel-safe: the part
+/// of a line read so far is kept here, not in the future, so the watch loop may drop a read
+/// for another event (output, a tool's answer) and lose nothing.
+#[derive(Default)]
+struct LineReader {
+    line: Vec<u8>,
+    total: usize,
+}
+
+impl LineReader {
+    /// The next line; `Ok(None)` is EOF.
+    async fn read_line(
+        &mut self,
+        r: &mut BufReader<Reader>,
+        max: usize,
+    ) -> std::io::Result<Option<std::result::Result<Vec<u8>, Oversized>>> {
+        loop {
+            let buf = r.fill_buf().await?;
+            if buf.is_empty() {
+                return Ok(None);
+            }
+            let (chunk, done, found) = match buf.iter().position(|&b| b == b'\n') {
+                Some(i) => (&buf[..i], i + 1, true),
+                None => (buf, buf.len(), false),
+            };
+            self.total += chunk.len();
+            if self.line.len() + chunk.len() <= max {
+                self.line.extend_from_slice(chunk);
+            } else if self.line.len() < OVERSIZED_HEAD {
+                let room = OVERSIZED_HEAD - self.line.len();
+                self.line.extend_from_slice(&chunk[..room.min(chunk.len())]);
+            }
+            r.consume(done);
+            if found {
+                let mut line = std::mem::take(&mut self.line);
+                let total = std::mem::take(&mut self.total);
+                return Ok(Some(if total > max {
+                    line.truncate(OVERSIZED_HEAD);
+                    Err(Oversized {
+                        len: total,
+                        head: line,
+                    })
+                } else {
+                    Ok(line)
+                }));
+            }
         }
     }
 }
@@ -224,11 +272,14 @@ impl Session {
             session_id: id.clone(),
             language: config.language,
             driver_args: wrapper::driver_args(config.language),
-            env: vec![
+            env: [
                 ("SANDPIT_SESSION_ID".into(), id.clone()),
                 ("SANDPIT_LANGUAGE".into(), config.language.as_str().into()),
                 ("SANDPIT_BACKEND".into(), backend.kind().as_str().into()),
-            ],
+            ]
+            .into_iter()
+            .chain(crate::pipeline::tools::sandbox_env(policy))
+            .collect(),
             sandbox: crate::backend::SandboxPolicy {
                 limits: config.limits,
                 network: config.network,
@@ -254,6 +305,45 @@ impl Session {
         };
         s.ensure_running().await?;
         Ok(s)
+    }
+
+    /// Takes over a sandbox started ahead of demand (the warm pool) as session `id`: the host
+    /// side is relabelled and the sandbox's `SANDPIT_SESSION_ID` set to `id` by a cell of
+    /// sandpit's own (not counted, not audited), so the code sees what a fresh start shows.
+    /// `false`: the sandbox did not take it (it is then unusable; kill it).
+    pub async fn adopt(&mut self, id: &str) -> bool {
+        // Ids are validated ([A-Za-z0-9-_.]); anything else is not spliced into code.
+        if !id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
+            return false;
+        }
+        let code = match self.spec.language {
+            Language::Python => format!("__import__('os').environ['SANDPIT_SESSION_ID'] = '{id}'"),
+            Language::Javascript => format!("process.env.SANDPIT_SESSION_ID = '{id}';"),
+            Language::Bash => format!("export SANDPIT_SESSION_ID='{id}'"),
+        };
+        // The first result's notices are for the session's own first cell.
+        let notice = self.weaker_notice.take();
+        let ok = matches!(
+            self.execute(&code, ExecOptions::with_timeout(Duration::from_secs(5)))
+                .await,
+            Ok(r) if r.status == Status::Ok && !r.session_restarted
+        );
+        self.weaker_notice = notice;
+        if !ok {
+            return false;
+        }
+        self.id = id.to_string();
+        self.spec.session_id = id.to_string();
+        for (k, v) in self.spec.env.iter_mut() {
+            if k == "SANDPIT_SESSION_ID" {
+                *v = id.to_string();
+            }
+        }
+        self.executions = 0;
+        true
     }
 
     /// Redacts this session's output streams from now on.
@@ -291,6 +381,15 @@ impl Session {
         self.running.as_ref().and_then(|r| r.layers.as_ref())
     }
 
+    /// One line for people: what confines this session's sandbox.
+    pub fn sandbox_summary(&self) -> String {
+        match (self.layers(), self.backend.kind()) {
+            (Some(l), _) => l.summary(),
+            (None, crate::backend::BackendKind::Unsandboxed) => "NO isolation".into(),
+            (None, kind) => format!("the {} backend's sandbox", kind.as_str()),
+        }
+    }
+
     /// The sandbox's process group on the host, when it has one.
     pub fn process_group(&self) -> Option<i32> {
         self.running
@@ -319,6 +418,7 @@ impl Session {
             terminal_in: launched.terminal_in,
             requests: launched.requests,
             responses: BufReader::new(launched.responses),
+            lines: LineReader::default(),
             stdout: pump(launched.stdout),
             stderr: pump(launched.stderr),
             control,
@@ -330,7 +430,9 @@ impl Session {
         loop {
             let line = tokio::time::timeout_at(
                 deadline.into(),
-                read_line_bounded(&mut running.responses, MAX_RESPONSE_BYTES),
+                running
+                    .lines
+                    .read_line(&mut running.responses, MAX_RESPONSE_BYTES),
             )
             .await;
             let line = match line {
@@ -351,9 +453,10 @@ impl Session {
                         stderr.trim()
                     )));
                 }
-                Ok(Ok(Some(Err(n)))) => {
+                Ok(Ok(Some(Err(o)))) => {
                     return Err(Error::sandbox(format!(
-                        "oversized start-up line ({n} bytes)"
+                        "oversized start-up line ({} bytes)",
+                        o.len
                     )))
                 }
                 Ok(Ok(Some(Ok(l)))) => l,
@@ -385,7 +488,7 @@ impl Session {
         self.since_start = 0;
         self.installed.clear();
         let fell_back = self.backend.kind() == crate::backend::BackendKind::Linux
-            && self.policy.linux.namespaces == crate::policy::NamespaceMode::Auto
+            && self.policy.linux.namespaces == crate::policy::LayerMode::Auto
             && running
                 .layers
                 .as_ref()
@@ -416,16 +519,17 @@ impl Session {
         req: &ExecRequest,
         output: Option<mpsc::UnboundedSender<OutputEvent>>,
     ) -> Result<ExecResult> {
-        self.run_request_cancellable(req, output, None).await
+        self.run_request_cancellable(req, output, None, None).await
     }
 
     /// [`Session::run_request`], interrupting the cell when `cancel` is notified (the client
-    /// went away).
+    /// went away), with `tools` answering the cell's host tool calls.
     pub async fn run_request_cancellable(
         &mut self,
         req: &ExecRequest,
         output: Option<mpsc::UnboundedSender<OutputEvent>>,
         cancel: Option<Arc<tokio::sync::Notify>>,
+        tools: Option<Arc<ToolScope>>,
     ) -> Result<ExecResult> {
         crate::pipeline::analyzer::validate_packages(req.language, &req.packages)?;
         let recycled = self.recycle_reason();
@@ -467,6 +571,7 @@ impl Session {
             interactive: false,
             output,
             cancel,
+            tools,
         };
         let mut result = self.execute(&req.code, opts).await?;
         if let Some(reason) = recycled {
@@ -615,7 +720,8 @@ impl Session {
     }
 
     /// Step 2: the cell's output and response until both are complete, interrupting it at its
-    /// timeout or on cancellation, killing the sandbox if an interrupt is not answered.
+    /// timeout or on cancellation, killing the sandbox if an interrupt is not answered. Host
+    /// tool calls the cell makes meanwhile are run and answered ([`ToolCalls`]).
     async fn watch_cell(
         &mut self,
         cell: &Cell,
@@ -630,6 +736,7 @@ impl Session {
             died: !cell.sent,
             timed_out: false,
             user_interrupted: false,
+            tool_calls: Vec::new(),
         };
         let Some(run) = self.running.as_mut() else {
             w.died = true;
@@ -644,6 +751,7 @@ impl Session {
         let mut interrupted_at: Option<Instant> = None;
         let mut marker_deadline: Option<Instant> = None;
         let (id, nonce) = (cell.id, &cell.nonce);
+        let mut tools = ToolCalls::new(opts.tools.clone(), id);
 
         while !w.died {
             if w.response.is_some() && out.done() && err.done() {
@@ -654,23 +762,45 @@ impl Session {
                 _ => deadline,
             };
             tokio::select! {
-                line = read_line_bounded(&mut run.responses, MAX_RESPONSE_BYTES), if w.response.is_none() => {
+                line = run.lines.read_line(&mut run.responses, MAX_RESPONSE_BYTES), if w.response.is_none() => {
                     match line {
+                        Ok(Some(Ok(l))) if wrapper::is_tool_call(&l) => {
+                            tools.received(&l, interrupted_at.is_some());
+                        }
                         Ok(Some(Ok(l))) => match serde_json::from_slice::<CellResponse>(&l) {
                             Ok(r) if r.id == id && &r.nonce == nonce => {
                                 w.response = Some(r);
                                 marker_deadline = Some(Instant::now() + MARKER_GRACE);
+                                // The cell is over: calls it left running are not waited for.
+                                tools.cell_ended("the cell ended before the call finished");
                             }
                             Ok(_) => w.warnings.push("ignored a response for another cell".into()),
                             Err(e) => w.warnings.push(format!("ignored an unreadable response line: {e}")),
                         },
-                        Ok(Some(Err(n))) => {
+                        Ok(Some(Err(o))) if wrapper::is_tool_call(&o.head) => {
+                            tools.oversized(&o.head, o.len);
+                        }
+                        Ok(Some(Err(o))) => {
                             // Too large to keep (a huge `result`): the cell is over, its value is not.
-                            w.warnings.push(format!("the cell's response ({n} bytes) exceeded {MAX_RESPONSE_BYTES} bytes; result dropped"));
-                            w.response = Some(CellResponse { id, nonce: nonce.clone(), status: CellStatus::Ok, exit_code: 0, result: None, exception: None, warnings: vec![] });
+                            w.warnings.push(format!("the cell's response ({} bytes) exceeded {MAX_RESPONSE_BYTES} bytes; result dropped", o.len));
+                            w.response = Some(CellResponse { id, nonce: nonce.clone(), status: CellStatus::Ok, exit_code: 0, result: None, exception: None, warnings: vec![], outputs: vec![] });
                             marker_deadline = Some(Instant::now() + MARKER_GRACE);
+                            tools.cell_ended("the cell ended before the call finished");
                         }
                         Ok(None) | Err(_) => w.died = true,
+                    }
+                }
+                Some(done) = tools.running.next(), if !tools.running.is_empty() => {
+                    tools.finished(done);
+                }
+                _ = sleep_until_some(tools.deferred_at) => {
+                    tools.release_deferred();
+                }
+                written = write_some(&mut run.requests, &tools.outgoing, tools.written), if !tools.outgoing.is_empty() => {
+                    match written {
+                        Ok(n) if n > 0 => tools.advance(n),
+                        // The driver's end of the request channel is gone: so is the sandbox.
+                        _ => w.died = true,
                     }
                 }
                 chunk = run.stdout.recv(), if !out.done() => out.take(chunk),
@@ -683,6 +813,7 @@ impl Session {
                     w.user_interrupted = true;
                     interrupted_at = Some(Instant::now());
                     let _ = run.control.interrupt();
+                    tools.interrupted("the cell was interrupted");
                     deadline = Instant::now() + INTERRUPT_GRACE;
                 }
                 _ = tokio::time::sleep_until(wake.into()) => {
@@ -695,6 +826,7 @@ impl Session {
                         interrupted_at = Some(Instant::now());
                         tracing::info!(session = %self.id, "timeout: interrupting the cell");
                         let _ = run.control.interrupt();
+                        tools.interrupted("the cell's timeout interrupted the call");
                         deadline = Instant::now() + INTERRUPT_GRACE;
                     } else {
                         tracing::info!(session = %self.id, "the interrupted cell did not answer: killing the session");
@@ -704,6 +836,29 @@ impl Session {
                 }
             }
         }
+        if w.died {
+            tools.cell_ended("the sandbox ended during the call");
+        } else if tools.written > 0 {
+            // An answer half written must be completed, or the next request would be glued to
+            // it; the rest are for a cell that is over.
+            let rest = tools
+                .outgoing
+                .front()
+                .map(|f| f[tools.written..].to_vec())
+                .unwrap_or_default();
+            let done = tokio::time::timeout(INTERRUPT_GRACE, async {
+                run.requests.write_all(&rest).await?;
+                run.requests.flush().await
+            })
+            .await;
+            if !matches!(done, Ok(Ok(()))) {
+                tracing::info!(session = %self.id, "the driver does not read its requests: killing the session");
+                run.control.kill();
+                self.lost_state = true;
+            }
+        }
+        w.warnings.append(&mut tools.warnings);
+        w.tool_calls = tools.into_summaries();
         w
     }
 
@@ -786,6 +941,8 @@ impl Session {
             duration_ms: started.elapsed().as_secs_f64() * 1000.0,
             warnings: watched.warnings,
             files: Vec::new(),
+            outputs: Vec::new(),
+            tool_calls: watched.tool_calls,
         };
         if let Some(reason) = fresh.recycled {
             result.warnings.insert(
@@ -834,6 +991,272 @@ impl Session {
         result.stdout = out.finish();
         result.stderr = err.finish();
         result
+    }
+}
+
+/// Sleeps until `at`, or forever when there is nothing to wait for.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Writes some of the front answer of `queue` from `offset` (one `write`: cancel-safe, so the
+/// watch loop can wait on it beside everything else).
+async fn write_some(
+    w: &mut Writer,
+    queue: &VecDeque<Vec<u8>>,
+    offset: usize,
+) -> std::io::Result<usize> {
+    match queue.front() {
+        Some(front) => w.write(&front[offset..]).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The host tool calls of one cell, as the watch loop sees them: the calls running, the
+/// answers waiting to be written on the request channel, and what each call became. Every call
+/// read gets one answer while the cell runs (refused, finished, or cancelled by an interrupt:
+/// [`CANCEL_ANSWER_DELAY`]), so no caller in the sandbox waits forever; after the cell's
+/// response, calls still running are dropped (their programs killed) and not answered.
+struct ToolCalls {
+    scope: Option<Arc<ToolScope>>,
+    cell: u64,
+    /// Calls running now: the call and when it came, by id.
+    started: HashMap<u64, (ToolCall, Instant, usize)>,
+    running:
+        futures_util::stream::FuturesUnordered<futures_util::future::BoxFuture<'static, Finished>>,
+    /// Answers for the request channel; the first one written up to `written`.
+    outgoing: VecDeque<Vec<u8>>,
+    written: usize,
+    /// Answers to calls an interrupt cancelled, and when they go out ([`CANCEL_ANSWER_DELAY`]).
+    deferred: Vec<(u64, String)>,
+    deferred_at: Option<Instant>,
+    /// (order received, summary).
+    summaries: Vec<(usize, ToolCallSummary)>,
+    received: usize,
+    warnings: Vec<String>,
+}
+
+impl ToolCalls {
+    fn new(scope: Option<Arc<ToolScope>>, cell: u64) -> Self {
+        ToolCalls {
+            scope,
+            cell,
+            started: HashMap::new(),
+            running: Default::default(),
+            outgoing: VecDeque::new(),
+            written: 0,
+            deferred: Vec::new(),
+            deferred_at: None,
+            summaries: Vec::new(),
+            received: 0,
+            warnings: Vec::new(),
+        }
+    }
+
+    fn answer(&mut self, id: u64, answer: &std::result::Result<serde_json::Value, String>) {
+        self.outgoing
+            .push_back(wrapper::encode_tool_result(id, answer));
+    }
+
+    fn record(&mut self, order: usize, summary: ToolCallSummary) {
+        self.summaries.push((order, summary));
+    }
+
+    /// A summary for a call refused without a broker to record it.
+    fn bare_refusal(call: &ToolCall, why: &str) -> ToolCallSummary {
+        ToolCallSummary {
+            id: call.id,
+            name: call.name.chars().take(200).collect(),
+            kind: None,
+            status: ToolCallStatus::Denied,
+            decision: "denied".into(),
+            duration_ms: 0.0,
+            request_bytes: call.request_bytes,
+            response_bytes: why.len() as u64,
+            error: Some(why.to_string()),
+        }
+    }
+
+    /// A line that claims to be a call.
+    fn received(&mut self, line: &[u8], interrupted: bool) {
+        let order = self.received;
+        self.received += 1;
+        let call = match wrapper::parse_tool_call(line) {
+            Ok(c) => c,
+            Err((Some((id, cell)), why)) => {
+                let why = format!("a malformed tool call: {why}");
+                let summary = match &self.scope {
+                    Some(s) => s.malformed(id, cell, line.len() as u64, &why).summary,
+                    None => Self::bare_refusal(
+                        &ToolCall {
+                            id,
+                            cell,
+                            name: String::new(),
+                            arguments: serde_json::Value::Null,
+                            request_bytes: line.len() as u64,
+                        },
+                        &why,
+                    ),
+                };
+                self.answer(id, &Err(why));
+                self.record(order, summary);
+                return;
+            }
+            Err((None, why)) => {
+                // No id to answer: nobody can be waiting for it (the drivers always send one).
+                self.warnings
+                    .push(format!("ignored an unreadable tool call line: {why}"));
+                return;
+            }
+        };
+        let refusal = if call.cell != self.cell {
+            Some(format!(
+                "the cell that made this call ({}) has ended",
+                call.cell
+            ))
+        } else if interrupted {
+            Some("the cell is being interrupted".to_string())
+        } else if self.started.contains_key(&call.id) {
+            Some(format!("a call with id {} is already running", call.id))
+        } else if self.scope.is_none() {
+            Some(
+                "host tools are not available to this session (it runs without a tool broker)"
+                    .to_string(),
+            )
+        } else {
+            None
+        };
+        let scope = match (&self.scope, refusal) {
+            (Some(s), None) => s.clone(),
+            (Some(s), Some(why)) => {
+                let f = s.refuse(&call, &why);
+                self.answer(call.id, &f.answer);
+                self.record(order, f.summary);
+                return;
+            }
+            (None, why) => {
+                let why = why.unwrap_or_default();
+                self.answer(call.id, &Err(why.clone()));
+                self.record(order, Self::bare_refusal(&call, &why));
+                return;
+            }
+        };
+        match scope.begin(call.clone(), self.started.len()) {
+            Begin::Refused(f) => {
+                self.answer(f.id, &f.answer);
+                self.record(order, f.summary);
+            }
+            Begin::Run(fut) => {
+                self.started.insert(call.id, (call, Instant::now(), order));
+                self.running.push(fut);
+            }
+        }
+    }
+
+    /// A line too long to read, which starts like a call.
+    fn oversized(&mut self, head: &[u8], len: usize) {
+        let Some((id, cell)) = wrapper::tool_call_ids(head) else {
+            self.warnings
+                .push(format!("ignored an oversized tool call line ({len} bytes)"));
+            return;
+        };
+        let why = format!(
+            "the call is {len} bytes, more than the channel carries ({MAX_RESPONSE_BYTES})"
+        );
+        let order = self.received;
+        self.received += 1;
+        let summary = match &self.scope {
+            Some(s) => s.malformed(id, cell, len as u64, &why).summary,
+            None => Self::bare_refusal(
+                &ToolCall {
+                    id,
+                    cell,
+                    name: String::new(),
+                    arguments: serde_json::Value::Null,
+                    request_bytes: len as u64,
+                },
+                &why,
+            ),
+        };
+        self.answer(id, &Err(why));
+        self.record(order, summary);
+    }
+
+    fn finished(&mut self, f: Finished) {
+        let order = self.started.remove(&f.id).map_or(usize::MAX, |(_, _, o)| o);
+        self.answer(f.id, &f.answer);
+        if let Some(w) = f.warning {
+            self.warnings.push(w);
+        }
+        self.record(order, f.summary);
+    }
+
+    fn advance(&mut self, n: usize) {
+        self.written += n;
+        if self
+            .outgoing
+            .front()
+            .is_some_and(|f| self.written >= f.len())
+        {
+            self.outgoing.pop_front();
+            self.written = 0;
+        }
+    }
+
+    /// Cancels the running calls (their futures dropped: programs killed, MCP requests
+    /// cancelled, pending approvals withdrawn); each is recorded.
+    fn cancel_running(&mut self, why: &str) -> Vec<u64> {
+        self.running = Default::default();
+        let mut ids = Vec::new();
+        for (id, (call, at, order)) in std::mem::take(&mut self.started) {
+            if let Some(s) = &self.scope {
+                let summary = s.cancelled(&call, at, why);
+                self.summaries.push((order, summary));
+            }
+            ids.push(id);
+        }
+        ids
+    }
+
+    /// The cell was interrupted: running calls are cancelled now, and answered with an error
+    /// a little later (unless the cell ends first), so that a caller the interrupt does not
+    /// end (a thread, a background job), and the driver waiting for it, can finish.
+    fn interrupted(&mut self, why: &str) {
+        for id in self.cancel_running(why) {
+            self.deferred.push((id, why.to_string()));
+        }
+        if !self.deferred.is_empty() {
+            self.deferred_at = Some(Instant::now() + CANCEL_ANSWER_DELAY);
+        }
+    }
+
+    fn release_deferred(&mut self) {
+        self.deferred_at = None;
+        for (id, why) in std::mem::take(&mut self.deferred) {
+            self.outgoing
+                .push_back(wrapper::encode_tool_cancelled(id, &why));
+        }
+    }
+
+    /// The cell is over (or the sandbox is gone): running calls are cancelled, unanswered, and
+    /// answers not yet begun are dropped.
+    fn cell_ended(&mut self, why: &str) {
+        self.cancel_running(why);
+        self.deferred.clear();
+        self.deferred_at = None;
+        if self.written == 0 {
+            self.outgoing.clear();
+        } else {
+            self.outgoing.truncate(1);
+        }
+    }
+
+    fn into_summaries(mut self) -> Vec<ToolCallSummary> {
+        self.summaries.sort_by_key(|(order, _)| *order);
+        self.summaries.into_iter().map(|(_, s)| s).collect()
     }
 }
 

@@ -18,7 +18,7 @@ pub fn required_in_ci(backend: &str) -> bool {
     let root = unsafe { libc::geteuid() } == 0;
     matches!(
         backend,
-        "linux" | "linux_no_ns" | "linux_no_ns_abi4" | "unsandboxed"
+        "linux" | "linux_no_ns" | "linux_no_ns_abi4" | "linux_no_landlock" | "unsandboxed"
     ) || (backend == "docker" && root)
         // Built in (the default feature): tests/run-all.sh installs its runtimes for every user
         // the suite runs as.
@@ -64,6 +64,14 @@ pub fn policy() -> Policy {
     if let Ok(dir) = std::env::var("SANDPIT_TEST_STATE_DIR") {
         p.state_dir = dir;
     }
+    // Session uids of their own (as root): the container stage of tests/run-all.sh keeps the
+    // suite in a container apart from sandpits on the host, whose processes it cannot see.
+    if let Some(base) = std::env::var("SANDPIT_TEST_UID_BASE")
+        .ok()
+        .and_then(|b| b.parse().ok())
+    {
+        p.linux.uid_base = base;
+    }
     p
 }
 
@@ -80,18 +88,27 @@ where
     // unprivileged user namespaces (Landlock, seccomp, rlimits and the subreaper only).
     let name = match backend {
         "linux_no_ns" => {
-            policy.linux.namespaces = sandpit::policy::NamespaceMode::Off;
+            policy.linux.namespaces = sandpit::policy::LayerMode::Off;
             "linux"
         }
         // The same on an older kernel's Landlock (ABI 4, Ubuntu 24.04's 6.8): no signal or
         // abstract-socket scoping, so the waiter decides the sandbox's signals.
         "linux_no_ns_abi4" => {
-            policy.linux.namespaces = sandpit::policy::NamespaceMode::Off;
+            policy.linux.namespaces = sandpit::policy::LayerMode::Off;
             policy.linux.landlock_abi_max = 4;
+            "linux"
+        }
+        // The layers of a kernel without Landlock (Raspberry Pi OS): namespaces, seccomp and
+        // rlimits; the mount namespace alone confines the filesystem.
+        "linux_no_landlock" => {
+            policy.linux.landlock = sandpit::policy::LayerMode::Off;
             "linux"
         }
         other => other,
     };
+    if backend == "linux" {
+        assert_linux_mode(&policy);
+    }
     let choice: BackendChoice = name.parse().expect("backend name");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -99,13 +116,22 @@ where
         .build()
         .unwrap();
     let selected = rt.block_on(backend::select(choice, &policy, &helper()));
+    let refusal = expected_refusal(backend);
     let be = match selected {
+        Ok(_) if refusal.is_some() => {
+            panic!("expected the backend to refuse here ({refusal:?}), but it runs")
+        }
         Ok(b) => b,
         Err(e) => {
             let msg = format!(
                 "backend {backend} unavailable here: {}",
                 e.message_with_hint()
             );
+            if let Some(why) = refusal {
+                assert!(msg.contains(why), "refused, but not because {why:?}: {msg}");
+                eprintln!("REFUSED, as this host must: {msg}");
+                return;
+            }
             if std::env::var("CI").as_deref() == Ok("true") && required_in_ci(backend) {
                 panic!("CI=true and {msg}");
             }
@@ -117,6 +143,58 @@ where
         backend: be,
         policy,
     }));
+}
+
+/// Whether the native backend gives sessions namespaces under `policy` here (doctor's answer,
+/// which `run` follows: the probe is the same).
+pub fn linux_namespaces(policy: &Policy) -> bool {
+    linux_namespaces_fact(policy).0
+}
+
+/// doctor's "namespaces" line for the native backend: whether sessions get them, and the text.
+fn linux_namespaces_fact(policy: &Policy) -> (bool, String) {
+    let a = sandpit::backend::linux::availability(policy, &helper());
+    let text = a
+        .facts
+        .iter()
+        .find(|(k, _)| k == "namespaces")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    (!text.starts_with("unavailable"), text)
+}
+
+/// The sandbox the container stage of tests/run-all.sh measured for `auto` in the container it
+/// runs the suite in: `SANDPIT_TEST_LINUX_MODE=namespaces`, or `no-namespaces:WHY[|WHY...]` (the
+/// probe's refusal, as doctor shows it, must contain one of them). Every case of the `linux`
+/// column first asserts it, so a container that gives another sandbox fails the stage instead
+/// of passing in a mode nobody looked at. Unset (the host stages): nothing is expected.
+fn assert_linux_mode(policy: &Policy) {
+    let Ok(expect) = std::env::var("SANDPIT_TEST_LINUX_MODE") else {
+        return;
+    };
+    let (namespaces, fact) = linux_namespaces_fact(policy);
+    match expect.split_once(':') {
+        None if expect == "namespaces" => {
+            assert!(namespaces, "expected namespaces here; doctor says: {fact}")
+        }
+        Some(("no-namespaces", why)) => {
+            assert!(!namespaces, "expected no namespaces here; doctor says: {fact}");
+            assert!(
+                why.split('|').any(|w| fact.contains(w)),
+                "doctor's reason is none of {why:?}: {fact}"
+            );
+        }
+        _ => panic!("SANDPIT_TEST_LINUX_MODE={expect:?}: expected `namespaces` or `no-namespaces:WHY[|WHY...]`"),
+    }
+}
+
+/// The refusal a column must meet where the container stage says `auto` gets no namespaces
+/// (`SANDPIT_TEST_LINUX_MODE=no-namespaces:...`): without Landlock too (`linux_no_landlock`)
+/// nothing would confine the filesystem, so the backend must refuse, saying so.
+fn expected_refusal(backend: &str) -> Option<&'static str> {
+    let mode = std::env::var("SANDPIT_TEST_LINUX_MODE").ok()?;
+    (backend == "linux_no_landlock" && mode.starts_with("no-namespaces"))
+        .then_some("neither namespaces nor Landlock are available")
 }
 
 impl Ctx {

@@ -254,6 +254,23 @@ fn secrets_stay_out_of_output_logs_and_audit() {
     assert_eq!(rec["status"], "ok");
     assert!(!log.contains(secret), "{log}");
     assert!(rec["code"].as_str().unwrap().contains("***"), "{rec}");
+    // A cell's value (result and its text/plain output) is redacted too.
+    let code = format!("'{secret}'");
+    let out = sandpit_env(
+        &["run", "-b", b, "-l", "python", "--json", &code],
+        &[
+            ("SANDPIT_REDACT_ENV", "SANDPIT_TEST_SECRET"),
+            ("SANDPIT_TEST_SECRET", secret),
+            ("SANDPIT_AUDIT", "false"),
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert!(!stdout.contains(secret), "{stdout}");
+    assert!(
+        v["outputs"][0]["data"].as_str().unwrap().contains("***"),
+        "{v}"
+    );
 }
 
 /// A host where namespaces unshare but a fresh /proc cannot be mounted (a container that masks
@@ -410,4 +427,57 @@ fn auto_falls_back_to_wasi_where_nothing_else_confines() {
             .contains("the linux and docker backends run bash"),
         "{v}"
     );
+}
+
+/// `linux.require` turns a weaker sandbox into a refusal that names the missing layer, and
+/// `doctor` agrees with `run`.
+#[test]
+fn required_layers_refuse_a_weaker_sandbox() {
+    let run = |require: &str| {
+        Command::new(env!("CARGO_BIN_EXE_sandpit"))
+            .args(["run", "-b", "linux", "-l", "python", "print(1)"])
+            .env("SANDPIT_LINUX_NAMESPACES", "off")
+            .env("SANDPIT_LINUX_REQUIRE", require)
+            .env_remove("SANDPIT_HELPER")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("run sandpit")
+    };
+    let out = run("namespaces");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    assert!(
+        stderr.contains("linux.require") && stderr.contains("namespaces (turned off"),
+        "{stderr}"
+    );
+    let doctor = Command::new(env!("CARGO_BIN_EXE_sandpit"))
+        .args(["doctor", "--json"])
+        .env("SANDPIT_LINUX_NAMESPACES", "off")
+        .env("SANDPIT_LINUX_REQUIRE", "namespaces")
+        .output()
+        .expect("run doctor");
+    let v: serde_json::Value = serde_json::from_slice(&doctor.stdout).expect("doctor --json");
+    let linux = v["backends"]
+        .as_array()
+        .and_then(|b| b.iter().find(|b| b["backend"] == "linux"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(linux["available"], false, "{linux}");
+    assert!(
+        linux["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("linux.require"),
+        "{linux}"
+    );
+    // With nothing required, the same host runs it (Landlock + seccomp without namespaces).
+    if common::native_or_unsandboxed("require") == "linux" {
+        let out = run("");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }

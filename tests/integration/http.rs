@@ -635,3 +635,395 @@ fn sse_disconnect_interrupts_the_cell() {
         "the abandoned cell was not interrupted"
     );
 }
+
+/// Host tools over HTTP (README, "Host tools"): an `http` tool is answered by the application
+/// (listed at `GET /v1/tool_calls`, announced as a `tool_call` event on a stream, answered at
+/// `POST /v1/tool_calls/{call_id}`); a `host_exec` command its cascade sends to a person waits
+/// as a pending approval of kind `host_exec`; every call is in the result and the audit trail.
+#[test]
+fn tool_calls_are_answered_by_the_application() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("sandpit.toml");
+    std::fs::write(
+        &config,
+        "[[tools]]\nname = \"ask_app\"\nkind = \"http\"\ntimeout_ms = 30000\n\n[host_exec]\nenabled = true\nask_timeout_ms = 30000\n",
+    )
+    .unwrap();
+    let audit = dir.path().join("audit.jsonl");
+    let s = Server::start_with(
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        &[("SANDPIT_AUDIT_PATH", audit.to_str().unwrap())],
+    );
+    let addr = s.addr.clone();
+    let wait_for = |path: &str, key: &str| -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (st, v) = s.json("GET", path, "");
+            assert_eq!(st, 200, "{v}");
+            if let Some(a) = v[key].as_array().and_then(|a| a.first()) {
+                return a.clone();
+            }
+            assert!(Instant::now() < deadline, "nothing appeared at {path}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let execute = |body: &'static str, stream: bool| {
+        let a = addr.clone();
+        std::thread::spawn(move || {
+            let mut headers = vec![("Content-Type", "application/json")];
+            if stream {
+                headers.push(("Accept", "text/event-stream"));
+            }
+            request(&a, "POST", "/v1/execute", &headers, body)
+        })
+    };
+
+    // A plain execute: the call waits until the application answers it.
+    let client = execute(
+        r#"{"language": "python", "code": "import sandpit_tools\nresult = sandpit_tools.ask_app(question='colour?')"}"#,
+        false,
+    );
+    let call = wait_for("/v1/tool_calls", "tool_calls");
+    assert_eq!(call["name"], "ask_app", "{call}");
+    assert_eq!(call["arguments"]["question"], "colour?", "{call}");
+    let id = call["call_id"].as_str().unwrap().to_string();
+    let (st, v) = s.json(
+        "POST",
+        &format!("/v1/tool_calls/{id}"),
+        r#"{"result": {"colour": "blue"}}"#,
+    );
+    assert_eq!((st, &v["resolved"]), (200, &serde_json::json!(true)), "{v}");
+    let r = client.join().unwrap();
+    let body: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(
+        body["result"],
+        serde_json::json!({"colour": "blue"}),
+        "{body}"
+    );
+    assert_eq!(body["tool_calls"][0]["kind"], "http", "{body}");
+    assert_eq!(body["tool_calls"][0]["status"], "ok", "{body}");
+    let (st, _) = s.json("POST", &format!("/v1/tool_calls/{id}"), r#"{"result": 1}"#);
+    assert_eq!(st, 404, "answered once");
+    let (st, _) = s.json(
+        "POST",
+        "/v1/tool_calls/x",
+        r#"{"result": 1, "error": "both"}"#,
+    );
+    assert_eq!(st, 400);
+
+    // A stream announces the call; an error answer becomes the code's exception.
+    let client = execute(
+        r#"{"language": "javascript", "code": "try { await sandpit.tools.ask_app({}) } catch (e) { result = e.message }"}"#,
+        true,
+    );
+    let call = wait_for("/v1/tool_calls", "tool_calls");
+    let id = call["call_id"].as_str().unwrap().to_string();
+    let (st, _) = s.json(
+        "POST",
+        &format!("/v1/tool_calls/{id}"),
+        r#"{"error": "the user is away"}"#,
+    );
+    assert_eq!(st, 200);
+    let events = sse_events(&client.join().unwrap().text());
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    assert!(names.contains(&"tool_call"), "{names:?}");
+    let announced = &events.iter().find(|(n, _)| n == "tool_call").unwrap().1;
+    assert_eq!(announced["call_id"], id.as_str());
+    let end = &events.last().unwrap().1;
+    assert_eq!(
+        end["result"]["result"], "ask_app: the user is away",
+        "{end}"
+    );
+
+    // host_exec with nothing allowed and no validator: a person is asked.
+    let client = execute(
+        r#"{"language": "bash", "code": "sandpit-tool host_exec '{\"argv\": [\"echo\", \"from the host\"]}'"}"#,
+        false,
+    );
+    let pending = wait_for("/v1/approvals", "approvals");
+    assert_eq!(pending["kind"], "host_exec", "{pending}");
+    assert_eq!(pending["code"], "echo 'from the host'", "{pending}");
+    let id = pending["id"].as_str().unwrap().to_string();
+    let (st, _) = s.json(
+        "POST",
+        &format!("/v1/approvals/{id}"),
+        r#"{"decision": "approve"}"#,
+    );
+    assert_eq!(st, 200);
+    let body: serde_json::Value = serde_json::from_slice(&client.join().unwrap().body).unwrap();
+    assert!(
+        body["stdout"].as_str().unwrap().contains("from the host"),
+        "{body}"
+    );
+    assert_eq!(body["tool_calls"][0]["decision"], "approved", "{body}");
+
+    // Each call is one audit record, and each execution counts its calls.
+    let text = std::fs::read_to_string(&audit).unwrap();
+    let records: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let calls: Vec<&serde_json::Value> = records
+        .iter()
+        .filter(|r| r["record"] == "tool_call")
+        .collect();
+    assert_eq!(calls.len(), 3, "{text}");
+    assert_eq!(calls[2]["command"], "echo 'from the host'", "{text}");
+    assert_eq!(calls[2]["decision"], "approved");
+    assert!(
+        records
+            .iter()
+            .filter(|r| r["record"].is_null())
+            .all(|r| r["tool_calls"] == 1),
+        "{text}"
+    );
+}
+
+/// With a token file the token decides the user: client B cannot see, use or kill client A's
+/// sessions, nor act as A by naming A; a file others may read is refused at start.
+#[test]
+fn per_user_tokens_keep_users_apart() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tokens");
+    let (ta, tb) = ("alice-token-0123456789", "bob-token-0123456789ab");
+    std::fs::write(&file, format!("# users\nalice {ta}\nbob {tb}\n")).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let refused = Command::new(env!("CARGO_BIN_EXE_sandpit"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--tokens"])
+        .arg(&file)
+        .env_remove("SANDPIT_TOKEN")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("chmod 600"), "{stderr}");
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+
+    let srv = Server::start_with(
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--tokens",
+            file.to_str().unwrap(),
+        ],
+        &[("SANDPIT_POOL_SIZE", "0")],
+    );
+    let call = |token: &str, method: &str, path: &str, body: &str| {
+        let auth = format!("Bearer {token}");
+        let r = srv.req(
+            method,
+            path,
+            &[
+                ("Content-Type", "application/json"),
+                ("Authorization", &auth),
+            ],
+            body,
+        );
+        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
+        (r.status, v)
+    };
+    let (st, v) = call(
+        ta,
+        "POST",
+        "/v1/execute",
+        r#"{"language":"python","code":"secret = 42","session_id":"a1"}"#,
+    );
+    assert_eq!(st, 200, "{v}");
+    // Bob: not in his list, cannot use it, cannot kill it, cannot act as alice.
+    let (_, v) = call(tb, "GET", "/v1/sessions", "");
+    assert_eq!(v["sessions"], serde_json::json!([]), "{v}");
+    let (st, v) = call(
+        tb,
+        "POST",
+        "/v1/execute",
+        r#"{"language":"python","code":"result = secret","session_id":"a1"}"#,
+    );
+    assert_eq!(st, 403, "{v}");
+    let (st, v) = call(tb, "DELETE", "/v1/sessions/a1", "");
+    assert_eq!(st, 403, "{v}");
+    let (st, v) = call(tb, "GET", "/v1/sessions?user=alice", "");
+    assert_eq!(st, 403, "{v}");
+    assert_eq!(v["error"]["code"], "POLICY_DENIED", "{v}");
+    let (st, v) = call(
+        tb,
+        "POST",
+        "/v1/execute",
+        r#"{"language":"python","code":"result = secret","session_id":"a1","user":"alice"}"#,
+    );
+    assert_eq!(st, 403, "{v}");
+    // Alice: her session, her state; an unknown token is 401.
+    let (_, v) = call(ta, "GET", "/v1/sessions", "");
+    assert_eq!(v["sessions"][0]["session_id"], "a1", "{v}");
+    let (st, v) = call(
+        ta,
+        "POST",
+        "/v1/execute",
+        r#"{"language":"python","code":"result = secret","session_id":"a1"}"#,
+    );
+    assert_eq!(
+        (st, v["result"].clone()),
+        (200, serde_json::json!(42)),
+        "{v}"
+    );
+    let (st, _) = call("not-a-token-at-all-xx", "GET", "/v1/sessions", "");
+    assert_eq!(st, 401);
+    let (st, v) = call(ta, "DELETE", "/v1/sessions/a1", "");
+    assert_eq!(st, 200, "{v}");
+}
+
+/// The files API: a client uploads a CSV into a live session, runs two cells on it and
+/// downloads the output, without putting a file in an execution request; paths stay beneath
+/// the workspace; another user's session is refused.
+#[test]
+fn files_api_uploads_lists_and_downloads() {
+    let srv = Server::start_with(&[], &[("SANDPIT_POOL_SIZE", "0")]);
+    let (st, v) = srv.json(
+        "POST",
+        "/v1/execute",
+        r#"{"language":"python","code":"import os","session_id":"f1"}"#,
+    );
+    assert_eq!(st, 200, "{v}");
+    let (st, v) = srv.json(
+        "PUT",
+        "/v1/sessions/f1/files/data/in.csv",
+        r#"{"content":"a,b\n1,2\n3,4\n"}"#,
+    );
+    assert_eq!((st, v["size"].clone()), (200, serde_json::json!(12)), "{v}");
+    let (st, v) = srv.json(
+        "POST",
+        "/v1/execute",
+        r#"{"language":"python","code":"rows = open('data/in.csv').read().split()[1:]","session_id":"f1"}"#,
+    );
+    assert_eq!(st, 200, "{v}");
+    let (st, v) = srv.json(
+        "POST",
+        "/v1/execute",
+        r#"{"language":"python","code":"open('out.txt', 'w').write(str(sum(int(x) for r in rows for x in r.split(','))))","session_id":"f1"}"#,
+    );
+    assert_eq!(st, 200, "{v}");
+    let (st, v) = srv.json("GET", "/v1/sessions/f1/files", "");
+    assert_eq!(st, 200, "{v}");
+    let names: Vec<&str> = v["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"data") && names.contains(&"out.txt"), "{v}");
+    let (st, v) = srv.json("GET", "/v1/sessions/f1/files?dir=data", "");
+    assert_eq!(v["files"][0]["path"], "data/in.csv", "{st} {v}");
+    let (st, v) = srv.json("GET", "/v1/sessions/f1/files/out.txt", "");
+    assert_eq!(
+        (st, v["content"].clone()),
+        (200, serde_json::json!("10")),
+        "{v}"
+    );
+    // Beneath the workspace only; other users' sessions refused; unknown sessions 404.
+    let (st, v) = srv.json("GET", "/v1/sessions/f1/files/..%2F..%2Fetc%2Fpasswd", "");
+    assert_eq!(st, 400, "{v}");
+    let (st, v) = srv.json("GET", "/v1/sessions/f1/files?dir=/etc", "");
+    assert_eq!(st, 400, "{v}");
+    let (st, v) = srv.json("GET", "/v1/sessions/f1/files?user=mallory", "");
+    assert_eq!(st, 403, "{v}");
+    let (st, v) = srv.json("GET", "/v1/sessions/nope/files", "");
+    assert_eq!(st, 404, "{v}");
+}
+
+/// Under per-user tokens, an `http` tool's pending call is its user's alone: another user
+/// neither sees it at `GET /v1/tool_calls` nor can answer it.
+#[test]
+fn tool_calls_belong_to_their_user() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    let (ta, tb) = ("alice-token-0123456789", "bob-token-0123456789ab");
+    std::fs::write(&tokens, format!("alice {ta}\nbob {tb}\n")).unwrap();
+    std::fs::set_permissions(&tokens, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let config = dir.path().join("sandpit.toml");
+    std::fs::write(
+        &config,
+        "[[tools]]\nname = \"ask_app\"\nkind = \"http\"\ntimeout_ms = 30000\n",
+    )
+    .unwrap();
+    let s = Server::start_with(
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--tokens",
+            tokens.to_str().unwrap(),
+        ],
+        &[("SANDPIT_POOL_SIZE", "0")],
+    );
+    let addr = s.addr.clone();
+    let call = |token: &str, method: &str, path: &str, body: &str| {
+        let auth = format!("Bearer {token}");
+        let r = request(
+            &addr,
+            method,
+            path,
+            &[
+                ("Content-Type", "application/json"),
+                ("Authorization", &auth),
+            ],
+            body,
+        );
+        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
+        (r.status, v)
+    };
+    let a = addr.clone();
+    let client = std::thread::spawn(move || {
+        let auth = format!("Bearer {ta}");
+        request(
+            &a,
+            "POST",
+            "/v1/execute",
+            &[
+                ("Content-Type", "application/json"),
+                ("Authorization", &auth),
+            ],
+            r#"{"language": "python", "code": "import sandpit_tools\nresult = sandpit_tools.ask_app()"}"#,
+        )
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let id = loop {
+        let (st, v) = call(ta, "GET", "/v1/tool_calls", "");
+        assert_eq!(st, 200, "{v}");
+        if let Some(c) = v["tool_calls"].as_array().and_then(|a| a.first()) {
+            assert_eq!(c["user"], "alice", "{c}");
+            break c["call_id"].as_str().unwrap().to_string();
+        }
+        assert!(Instant::now() < deadline, "alice's call did not appear");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let (st, v) = call(tb, "GET", "/v1/tool_calls", "");
+    assert_eq!(
+        (st, v["tool_calls"].as_array().map(Vec::len)),
+        (200, Some(0)),
+        "{v}"
+    );
+    let (st, _) = call(
+        tb,
+        "POST",
+        &format!("/v1/tool_calls/{id}"),
+        r#"{"result": "bob's"}"#,
+    );
+    assert_eq!(st, 404, "bob cannot answer alice's call");
+    let (st, _) = call(
+        ta,
+        "POST",
+        &format!("/v1/tool_calls/{id}"),
+        r#"{"result": "alice's"}"#,
+    );
+    assert_eq!(st, 200);
+    let body: serde_json::Value = serde_json::from_slice(&client.join().unwrap().body).unwrap();
+    assert_eq!(body["result"], "alice's", "{body}");
+}

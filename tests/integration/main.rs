@@ -7,13 +7,16 @@
 //! - `manager`: owners, limits, queue, expiry;
 //! - `pipeline`: analyzer, redaction, approval and audit on every backend;
 //! - `mcp`: JSON-RPC over stdio, elicitation approval, the official Python SDK;
-//! - `http`: routes, SSE, tokens, approvals, disconnects.
+//! - `http`: routes, SSE, tokens, approvals, disconnects;
+//! - `container_seccomp`: what a container's seccomp profile refuses (pivot_root,
+//!   process_vm_readv), reproduced on the host.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "../common/mod.rs"]
 mod common;
 
 mod cli;
+mod container_seccomp;
 mod http;
 mod manager;
 mod mcp;

@@ -11,8 +11,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 async fn manager(config: ManagerConfig) -> Arc<SessionManager> {
+    manager_with(common::policy(), config).await
+}
+
+async fn manager_with(
+    policy: sandpit::policy::Policy,
+    config: ManagerConfig,
+) -> Arc<SessionManager> {
     std::env::set_var("SANDPIT_HELPER", common::helper());
-    let policy = common::policy();
     let be = match backend::select(
         BackendChoice::Only(backend::BackendKind::Linux),
         &policy,
@@ -276,4 +282,127 @@ fn idle_sessions_expire_and_shutdown_leaves_nothing() {
             assert!(!left, "a process outlived the manager's shutdown");
         }
     });
+}
+
+/// Waits until the warm pool holds `n` ready sandboxes.
+async fn pool_ready(m: &SessionManager, n: usize) {
+    for _ in 0..600 {
+        if m.pool_stats().map(|p| p.ready) == Some(n) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!(
+        "the pool never held {n} ready sandboxes: {:?}",
+        m.pool_stats()
+    );
+}
+
+/// The warm pool hands each new session (and one-shot call) a sandbox of its own, labelled
+/// with its session id, with nothing of the sessions before it; refills; leaves requests it
+/// does not match to a cold start; and shutdown leaves no sandbox behind.
+#[test]
+fn the_warm_pool_hands_out_fresh_isolated_sandboxes() {
+    rt().block_on(async {
+        let state = tempfile_dir("pool");
+        let mut policy = common::policy();
+        policy.state_dir = state.display().to_string();
+        policy.pool.size = 1;
+        policy.pool.languages = vec![Language::Python];
+        let m = manager_with(
+            policy,
+            ManagerConfig {
+                warm_pool: true,
+                ..Default::default()
+            },
+        )
+        .await;
+        pool_ready(&m, 1).await;
+        let r = m
+            .execute(
+                req(
+                    Language::Python,
+                    "import os\nopen('mine', 'w').write('a')\nsecret = 42\nresult = os.environ['SANDPIT_SESSION_ID']",
+                    Some("p1"),
+                    "alice",
+                ),
+                None,
+            )
+            .await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        assert_eq!(r.result, Some(serde_json::json!("p1")), "{r:?}");
+        assert!(!r.session_restarted, "{r:?}");
+        assert_eq!(m.pool_stats().unwrap().hits, 1);
+
+        pool_ready(&m, 1).await;
+        let r = m
+            .execute(
+                req(
+                    Language::Python,
+                    "import os\nresult = [os.path.exists('mine'), 'secret' in globals(), os.environ['SANDPIT_SESSION_ID']]",
+                    Some("p2"),
+                    "bob",
+                ),
+                None,
+            )
+            .await;
+        assert_eq!(
+            r.result,
+            Some(serde_json::json!([false, false, "p2"])),
+            "a pooled sandbox has nothing of the session before it: {r:?}"
+        );
+        assert_eq!(m.pool_stats().unwrap().hits, 2);
+        // The first session still has its own state.
+        let r = m
+            .execute(
+                req(Language::Python, "result = secret", Some("p1"), "alice"),
+                None,
+            )
+            .await;
+        assert_eq!(r.result, Some(serde_json::json!(42)), "{r:?}");
+
+        // A one-shot call takes one too.
+        pool_ready(&m, 1).await;
+        let r = m
+            .execute(req(Language::Python, "result = 7", None, "carol"), None)
+            .await;
+        assert_eq!(r.result, Some(serde_json::json!(7)), "{r:?}");
+        assert_eq!(m.pool_stats().unwrap().hits, 3);
+
+        // Other limits, or a language not pooled: a sandbox of its own, neither hit nor miss.
+        pool_ready(&m, 1).await;
+        let before = m.pool_stats().unwrap();
+        let mut other = req(Language::Python, "result = 1", Some("p3"), "bob");
+        other.limits.memory_mb = Some(256);
+        let r = m.execute(other, None).await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        let r = m
+            .execute(req(Language::Bash, "echo hi", Some("p4"), "bob"), None)
+            .await;
+        assert_eq!(r.stdout, "hi\n", "{r:?}");
+        let after = m.pool_stats().unwrap();
+        assert_eq!((after.hits, after.misses), (before.hits, before.misses));
+
+        m.shutdown().await;
+        assert_eq!(m.pool_stats().unwrap().ready, 0);
+        if m.backend_name() == "linux" {
+            let sessions = state.join("sessions");
+            let left: Vec<_> = std::fs::read_dir(&sessions)
+                .map(|d| d.flatten().map(|e| e.file_name()).collect())
+                .unwrap_or_default();
+            assert!(left.is_empty(), "sandboxes left behind: {left:?}");
+        }
+        let _ = std::fs::remove_dir_all(&state);
+    });
+}
+
+/// A fresh directory of this test's own under the system temp directory.
+fn tempfile_dir(tag: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "sandpit-test-{tag}-{}-{}",
+        std::process::id(),
+        sandpit::util::random_hex(4).unwrap()
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
 }

@@ -254,7 +254,17 @@ fn mcp_session_over_stdio() {
     let tools = r["result"]["tools"].as_array().expect("tools").clone();
     let mut names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
     names.sort_unstable();
-    assert_eq!(names, ["execute_code", "kill_session", "list_sessions"]);
+    assert_eq!(
+        names,
+        [
+            "execute_code",
+            "kill_session",
+            "list_files",
+            "list_sessions",
+            "read_file",
+            "write_file"
+        ]
+    );
     for t in &tools {
         assert_eq!(t["inputSchema"]["type"], "object", "{t}");
         assert!(t["description"].is_string(), "{t}");
@@ -373,7 +383,7 @@ fn mcp_session_over_stdio() {
     let r = s.request("no/such_method", Some(json!({})));
     assert_eq!(r["error"]["code"], -32601, "{r}");
     let r = s.request("tools/list", None);
-    assert_eq!(r["result"]["tools"].as_array().unwrap().len(), 3, "{r}");
+    assert_eq!(r["result"]["tools"].as_array().unwrap().len(), 6, "{r}");
 
     // Bad arguments: -32602 or an isError result with a clear message, and serving goes on.
     for (tool, args, needle) in [
@@ -497,13 +507,90 @@ fn mcp_approval_by_elicitation() {
     s.close_and_wait();
 }
 
+/// host_exec over MCP: `execute_code`'s description tells a model which host tools the code
+/// may call; a command the cascade sends to a person becomes an `elicitation/create` naming
+/// the command and the host (accept runs it, decline refuses it); a command on the notify list
+/// runs and the client is told with a log message.
+#[test]
+fn mcp_host_exec_asks_by_elicitation() {
+    let b = backend();
+    let mut s = Server::start_with(
+        b,
+        &[
+            ("SANDPIT_HOST_EXEC", "true"),
+            ("SANDPIT_HOST_EXEC_NOTIFY", "echo notified*"),
+        ],
+    );
+    s.initialize_with(json!({"elicitation": {}}));
+    let r = s.request("tools/list", None);
+    let description = r["result"]["tools"][0]["description"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(description.contains("sandpit_tools.NAME"), "{description}");
+    assert!(
+        description.contains("- host_exec: Runs a command line on the host"),
+        "{description}"
+    );
+
+    let mut asked = Vec::new();
+    let accept = json!({"action": "accept", "content": {"trust_session": false}});
+    let code = json!({"language": "python", "code": "import sandpit_tools\nresult = sandpit_tools.host_exec(argv=['echo', 'approved here'])['stdout']"});
+    let r = s.call_answering(code.clone(), &accept, &mut asked);
+    assert_eq!(r["structuredContent"]["result"], "approved here\n", "{r}");
+    assert_eq!(
+        r["structuredContent"]["tool_calls"][0]["decision"], "approved",
+        "{r}"
+    );
+    let message = asked[0]["message"].as_str().unwrap();
+    assert!(message.contains("ON THE HOST"), "{message}");
+    assert!(message.contains("echo 'approved here'"), "{message}");
+
+    let r = s.call_answering(code, &json!({"action": "decline"}), &mut asked);
+    assert!(text(&r).contains("ToolError"), "{r}");
+    assert_eq!(
+        r["structuredContent"]["tool_calls"][0]["decision"], "denied",
+        "{r}"
+    );
+
+    // The notify list: it runs, and the client gets a log message about it.
+    let id = s.next_id;
+    s.next_id += 1;
+    s.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "execute_code",
+        "arguments": {"language": "bash", "code": "sandpit-tool host_exec '{\"command\": \"echo notified\"}'"}}}));
+    let mut told = None;
+    let result = loop {
+        let line = s
+            .lines
+            .recv_timeout(Duration::from_secs(60))
+            .expect("a message");
+        let v: Value = serde_json::from_str(&line).unwrap();
+        if v["method"] == "notifications/message" {
+            told = Some(v["params"].clone());
+        } else if v["id"] == json!(id) && v.get("method").is_none() {
+            break v["result"].clone();
+        }
+    };
+    assert!(
+        result["structuredContent"]["stdout"]
+            .as_str()
+            .unwrap()
+            .contains("notified"),
+        "{result}"
+    );
+    let told = told.expect("a notifications/message about the command");
+    assert_eq!(told["logger"], "sandpit", "{told}");
+    assert_eq!(told["data"]["command"], "echo notified", "{told}");
+    s.close_and_wait();
+}
+
 #[test]
 fn mcp_negotiates_older_protocol() {
     let mut s = Server::start(backend());
     let init = s.initialize("2024-11-05");
     assert_eq!(init["protocolVersion"], "2024-11-05", "{init}");
     let r = s.request("tools/list", None);
-    assert_eq!(r["result"]["tools"].as_array().unwrap().len(), 3, "{r}");
+    assert_eq!(r["result"]["tools"].as_array().unwrap().len(), 6, "{r}");
     let r = s.call(
         "execute_code",
         json!({"language": "sh", "code": "echo $((6 * 7))"}),
@@ -593,7 +680,7 @@ async def main():
             await session.initialize()
             tools = await session.list_tools()
             names = sorted(t.name for t in tools.tools)
-            assert names == ["execute_code", "kill_session", "list_sessions"], names
+            assert names == ["execute_code", "kill_session", "list_files", "list_sessions", "read_file", "write_file"], names
             r = await session.call_tool("execute_code", {
                 "language": "python", "session_id": "sdk",
                 "code": "print('from the sdk')\nresult = {'answer': 6 * 7}"})

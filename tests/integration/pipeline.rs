@@ -267,6 +267,7 @@ fn via(approver: &Arc<Counting>) -> Via {
         approver: Some(approver.clone()),
         cancel: None,
         workspace: None,
+        tools: None,
     }
 }
 

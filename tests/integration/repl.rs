@@ -16,11 +16,15 @@ struct Repl {
 
 impl Repl {
     fn start(env: &[(&str, &str)]) -> Repl {
+        Self::start_in("python", env)
+    }
+
+    fn start_in(language: &str, env: &[(&str, &str)]) -> Repl {
         let backend = common::native_or_unsandboxed("REPL tests");
         let (pty, pts) = pty_process::open().unwrap();
         pty.resize(pty_process::Size::new(40, 200)).unwrap();
         let child = pty_process::Command::new(env!("CARGO_BIN_EXE_sandpit"))
-            .args(["repl", "-b", backend, "-l", "python"])
+            .args(["repl", "-b", backend, "-l", language])
             .envs(env.iter().copied())
             .env_remove("SANDPIT_HELPER")
             .kill_on_drop(true)
@@ -110,7 +114,20 @@ fn repl_asks_for_approval_and_trusts_the_session() {
 fn repl_reports_analyzer_blocks_and_keeps_going() {
     rt().block_on(async {
         let mut r = Repl::start(&[("SANDPIT_AUDIT", "false")]);
-        r.expect(">>> ").await;
+        let banner = r.expect(">>> ").await;
+        // The banner says what confines the session.
+        let sandbox = banner
+            .lines()
+            .find(|l| l.starts_with("sandbox: "))
+            .unwrap_or_else(|| panic!("no sandbox line in the banner: {banner}"));
+        if common::native_or_unsandboxed("REPL tests") == "linux" {
+            assert!(
+                sandbox.contains("seccomp (") && sandbox.contains("uid "),
+                "{sandbox}"
+            );
+        } else {
+            assert!(sandbox.contains("NO isolation"), "{sandbox}");
+        }
         r.line("y = 1").await;
         r.expect(">>> ").await;
         r.line("import os; os.system('echo ran')").await;
@@ -122,6 +139,62 @@ fn repl_reports_analyzer_blocks_and_keeps_going() {
         r.line("print(y + 1)").await;
         let out = r.expect(">>> ").await;
         assert!(out.contains('2'), "{out}");
+        r.quit().await;
+    });
+}
+
+impl Repl {
+    /// Waits for the REPL to exit and returns its status code.
+    async fn exit_code(mut self) -> Option<i32> {
+        tokio::time::timeout(Duration::from_secs(15), self.child.wait())
+            .await
+            .expect("the repl exits")
+            .unwrap()
+            .code()
+    }
+}
+
+/// The REPL behaves like the language's own: values echoed, a JavaScript function typed over
+/// several lines runs without a blank line, `.exit` / `exit()` leave, `sys.exit(3)` leaves
+/// with 3, and bash's `$?` carries from one cell to the next.
+#[test]
+fn repl_behaves_like_the_language_s_own() {
+    rt().block_on(async {
+        let mut r = Repl::start_in("javascript", &[("SANDPIT_AUDIT", "false")]);
+        r.expect("> ").await;
+        // Each line after its continuation prompt (line editing drops typed-ahead input).
+        r.line("function f() {").await;
+        r.expect("... ").await;
+        r.line("  return 41;").await;
+        r.expect("... ").await;
+        r.line("}").await;
+        r.expect("> ").await;
+        r.line("f() + 1").await;
+        let out = r.expect("> ").await;
+        assert!(out.contains("42"), "the value is echoed: {out}");
+        r.line(".exit").await;
+        assert_eq!(r.exit_code().await, Some(0));
+
+        let mut r = Repl::start(&[("SANDPIT_AUDIT", "false")]);
+        r.expect(">>> ").await;
+        r.line("'text'").await;
+        let out = r.expect(">>> ").await;
+        assert!(out.contains("'text'"), "echoed as repr: {out}");
+        r.line("exit()").await;
+        assert_eq!(r.exit_code().await, Some(0));
+
+        let mut r = Repl::start(&[("SANDPIT_AUDIT", "false")]);
+        r.expect(">>> ").await;
+        r.line("import sys; sys.exit(3)").await;
+        assert_eq!(r.exit_code().await, Some(3));
+
+        let mut r = Repl::start_in("bash", &[("SANDPIT_AUDIT", "false")]);
+        r.expect("$ ").await;
+        r.line("false").await;
+        r.expect("$ ").await;
+        r.line("echo \"was $?\"").await;
+        let out = r.expect("$ ").await;
+        assert!(out.contains("was 1"), "$? carries over: {out}");
         r.quit().await;
     });
 }

@@ -88,6 +88,19 @@ fn block_on<T: Send + 'static>(
     .flatten()
 }
 
+/// The engine's refusal, with what to do about it when the cause is a known one.
+fn with_fix(chain: String) -> String {
+    let lower = chain.to_lowercase();
+    let fix = if lower.contains("permission denied") {
+        "; the socket is there but you may not use it: add yourself to the `docker` group (`sudo usermod -aG docker $USER`, then log in again), use rootless Docker (DOCKER_HOST), or use `-b linux`"
+    } else if lower.contains("no such file") || lower.contains("connection refused") {
+        "; no engine runs here: start one (`sudo systemctl start docker`), set DOCKER_HOST, or use `-b linux`"
+    } else {
+        ""
+    };
+    chain + fix
+}
+
 /// Probes the engine and the image once per process.
 pub fn probe() -> EngineProbe {
     static CACHE: OnceLock<EngineProbe> = OnceLock::new();
@@ -98,7 +111,7 @@ pub fn probe() -> EngineProbe {
                     Ok(d) => d,
                     Err(e) => {
                         return EngineProbe {
-                            engine: Err(e.chain()),
+                            engine: Err(with_fix(e.chain())),
                             image: Err("no engine".into()),
                         }
                     }
@@ -818,6 +831,15 @@ impl Drop for DockerControl {
 mod tests {
     use super::*;
     use crate::policy::Policy;
+
+    #[test]
+    fn an_engine_refusal_says_what_to_do() {
+        let denied = with_fix("no Docker engine answers: Permission denied (os error 13)".into());
+        assert!(denied.contains("`docker` group"), "{denied}");
+        let absent = with_fix("no Docker engine answers: No such file or directory".into());
+        assert!(absent.contains("start one"), "{absent}");
+        assert_eq!(with_fix("other".into()), "other");
+    }
 
     fn spec(network: bool) -> LaunchSpec {
         let p = Policy::default();

@@ -31,6 +31,9 @@ pub enum LinuxError {
     Placement(#[source] std::io::Error),
     #[error("encode the launch plan")]
     EncodePlan(#[source] serde_json::Error),
+    /// A layer `linux.require` asks for is missing here.
+    #[error("{0}")]
+    Required(String),
     /// Neither a mount namespace nor Landlock: nothing could confine the filesystem.
     #[error("no namespaces ({0}) and no Landlock: the filesystem cannot be confined")]
     Unconfinable(String),
@@ -47,11 +50,13 @@ impl LinuxError {
 impl From<LinuxError> for crate::Error {
     fn from(e: LinuxError) -> Self {
         match e {
-            LinuxError::Unconfinable(_) => crate::Error::BackendUnavailable {
-                backend: "linux".into(),
-                reason: e.to_string(),
-                source: Some(Box::new(e)),
-            },
+            LinuxError::Unconfinable(_) | LinuxError::Required(_) => {
+                crate::Error::BackendUnavailable {
+                    backend: "linux".into(),
+                    reason: e.to_string(),
+                    source: Some(Box::new(e)),
+                }
+            }
             _ => crate::Error::Sandbox {
                 // The OS error in the message too: "create the session cgroup: Read-only file
                 // system", wherever only the message is shown.

@@ -35,6 +35,13 @@ pub fn kernel_abi() -> i32 {
 /// Returns a one-line description of what is in force.
 pub fn apply(plan: &LandlockPlan) -> Result<String, String> {
     let abi = kernel_abi().min(plan.abi);
+    if abi <= 0 {
+        // No Landlock in this kernel, or `linux.landlock = "off"` (the plan's ABI is 0).
+        if plan.required {
+            return Err("landlock is unavailable (no Landlock in this kernel, or linux.landlock = \"off\"), and without a mount namespace it is the only filesystem confinement: refusing to run".into());
+        }
+        return Ok("landlock not in force (unavailable or turned off); the mount namespace confines the filesystem".into());
+    }
     // The rights of the plan's ABI (capped at what sandpit knows), never more.
     let target = ABI::from(abi.min(TARGET_ABI as i32));
     let fail = |e: landlock::RulesetError| format!("landlock: {e}");
@@ -78,4 +85,30 @@ pub fn apply(plan: &LandlockPlan) -> Result<String, String> {
         ));
     }
     Ok(format!("landlock {state} (kernel ABI {abi})"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(required: bool) -> LandlockPlan {
+        LandlockPlan {
+            read_exec: vec!["/usr".into()],
+            read_write: vec!["/tmp".into()],
+            deny_tcp: true,
+            required,
+            abi: 0,
+        }
+    }
+
+    /// ABI 0 (no Landlock, or `linux.landlock = "off"`) applies nothing, and refuses where
+    /// Landlock is the only filesystem confinement. Nothing is restricted, so this runs in the
+    /// test process.
+    #[test]
+    fn no_landlock_is_refused_only_where_it_is_required() {
+        let off = apply(&plan(false)).unwrap();
+        assert!(off.contains("not in force"), "{off}");
+        let refused = apply(&plan(true)).unwrap_err();
+        assert!(refused.contains("refusing to run"), "{refused}");
+    }
 }

@@ -22,8 +22,9 @@
 //!
 //! Anything else fails with `EPERM`, as a chmod of another user's file would. If the waiter is
 //! gone, the kernel fails the calls with `ENOSYS`: closed, never open. Reading the sandbox's
-//! memory needs ptrace access to it (`process_vm_readv`): the waiter is its ancestor and has its
-//! uid, which Yama's default scope (1) allows; under scope 2 or 3 every such call fails.
+//! memory needs ptrace access to it (`process_vm_readv`, or `/proc/PID/mem` where a seccomp
+//! profile refuses that syscall, as Docker's default does): the waiter is its ancestor and has
+//! its uid, which Yama's default scope (1) allows; under scope 2 or 3 every such call fails.
 
 use std::ffi::{CStr, CString};
 use std::io;
@@ -88,7 +89,11 @@ enum Target {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Times {
     Now,
+    /// `utime`'s `struct utimbuf` (x86-64 only: aarch64 has no `utime`, `utimes` or `futimesat`).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     Utimbuf(u64),
+    /// `utimes`' and `futimesat`'s two `struct timeval`s (x86-64 only, as above).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     Timeval(u64),
     Timespec(u64),
 }
@@ -232,8 +237,55 @@ fn decode(nr: libc::c_long, a: [u64; 6]) -> Option<Result<(Target, Change), i32>
     Some(r)
 }
 
-/// Reads `len` bytes at `addr` of process `pid`.
+/// Reads `len` bytes at `addr` of process `pid`: with `process_vm_readv`, or, once that has been
+/// refused while `/proc/PID/mem` answers, with `pread` of `/proc/PID/mem`. Both pass the same
+/// ptrace access check in the kernel, but a seccomp profile may refuse the syscall alone:
+/// Docker's default (20.10, measured) allows `ptrace` and refuses `process_vm_readv` without
+/// `CAP_SYS_PTRACE`, so as uid 1000 in a default container every supervised call failed `EPERM`.
 pub(super) fn read_memory(pid: u32, addr: u64, len: usize) -> Result<Vec<u8>, i32> {
+    static VM_READV_REFUSED: std::sync::atomic::AtomicBool =
+        std::sync::atomic::AtomicBool::new(false);
+    read_memory_by(
+        pid,
+        addr,
+        len,
+        &VM_READV_REFUSED,
+        read_memory_vm,
+        read_memory_proc,
+    )
+}
+
+type Reader = fn(u32, u64, usize) -> Result<Vec<u8>, i32>;
+
+/// [`read_memory`] with its two readers given: `vm` until it is refused (`EPERM`, `ENOSYS`) where
+/// `proc_mem` works, then `proc_mem` only (`refused` remembers it for the process).
+fn read_memory_by(
+    pid: u32,
+    addr: u64,
+    len: usize,
+    refused: &std::sync::atomic::AtomicBool,
+    vm: Reader,
+    proc_mem: Reader,
+) -> Result<Vec<u8>, i32> {
+    use std::sync::atomic::Ordering;
+    if refused.load(Ordering::Relaxed) {
+        return proc_mem(pid, addr, len);
+    }
+    match vm(pid, addr, len) {
+        Err(e @ (libc::EPERM | libc::ENOSYS)) => match proc_mem(pid, addr, len) {
+            Ok(b) => {
+                refused.store(true, Ordering::Relaxed);
+                Ok(b)
+            }
+            // Refused there too (Yama's scope 2 or 3, another uid): the first answer stands.
+            Err(_) => Err(e),
+        },
+        r => r,
+    }
+}
+
+/// [`read_memory`] by `process_vm_readv`.
+fn read_memory_vm(pid: u32, addr: u64, len: usize) -> Result<Vec<u8>, i32> {
     let mut buf = vec![0u8; len];
     let mut done = 0;
     while done < len {
@@ -262,15 +314,48 @@ pub(super) fn read_memory(pid: u32, addr: u64, len: usize) -> Result<Vec<u8>, i3
     Ok(buf)
 }
 
+/// [`read_memory`] by `pread` of `/proc/PID/mem`. An unmapped address answers `EIO` (or a short
+/// read) there; it is `EFAULT` here, as from `process_vm_readv`.
+fn read_memory_proc(pid: u32, addr: u64, len: usize) -> Result<Vec<u8>, i32> {
+    use std::os::unix::fs::FileExt;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mem = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(format!("/proc/{pid}/mem"))
+        .map_err(|e| e.raw_os_error().unwrap_or(libc::EPERM))?;
+    let mut buf = vec![0u8; len];
+    let mut done = 0;
+    while done < len {
+        match mem.read_at(&mut buf[done..], addr + done as u64) {
+            Ok(0) => return Err(libc::EFAULT),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                return Err(match e.raw_os_error() {
+                    Some(libc::EIO) | None => libc::EFAULT,
+                    Some(errno) => errno,
+                })
+            }
+        }
+    }
+    Ok(buf)
+}
+
 /// Reads a NUL-terminated string of at most `max` bytes (without the NUL) at `addr`, page by
 /// page so that a string ending just before an unmapped page reads fine.
 fn read_cstring(pid: u32, addr: u64, max: usize) -> Result<CString, i32> {
+    read_cstring_by(pid, addr, max, read_memory)
+}
+
+/// [`read_cstring`] with the memory reader given.
+fn read_cstring_by(pid: u32, addr: u64, max: usize, read: Reader) -> Result<CString, i32> {
     const PAGE: u64 = 4096;
     let mut out = Vec::new();
     let mut at = addr;
     loop {
         let chunk = (PAGE - at % PAGE) as usize;
-        let bytes = read_memory(pid, at, chunk)?;
+        let bytes = read(pid, at, chunk)?;
         if let Some(end) = bytes.iter().position(|b| *b == 0) {
             out.extend_from_slice(&bytes[..end]);
             if out.len() > max {
@@ -765,42 +850,91 @@ mod tests {
 
     #[test]
     fn reads_strings_across_pages() {
-        let s = c"/workspace/some/file";
-        let me = std::process::id();
-        assert_eq!(
-            read_cstring(me, s.as_ptr() as u64, 4095)
-                .unwrap()
-                .as_c_str(),
-            s
-        );
-        assert_eq!(
-            read_cstring(me, s.as_ptr() as u64, 5),
-            Err(libc::ENAMETOOLONG)
-        );
-        // A string that ends exactly at a page's end, followed by an unmapped page.
-        let page = 4096;
-        // SAFETY: an anonymous private mapping of two pages, the second then unmapped.
-        unsafe {
-            let m = libc::mmap(
-                std::ptr::null_mut(),
-                2 * page,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            ) as *mut u8;
-            assert_ne!(m as *mut libc::c_void, libc::MAP_FAILED);
-            libc::munmap(m.add(page).cast(), page);
-            let start = m.add(page - 4);
-            std::ptr::copy_nonoverlapping(c"abc".as_ptr().cast::<u8>(), start, 4);
+        // Both readers: process_vm_readv, and /proc/PID/mem where a seccomp profile refuses it.
+        for read in [read_memory_vm as Reader, read_memory_proc, read_memory] {
+            let s = c"/workspace/some/file";
+            let me = std::process::id();
             assert_eq!(
-                read_cstring(me, start as u64, 100).unwrap().as_bytes(),
-                b"abc"
+                read_cstring_by(me, s.as_ptr() as u64, 4095, read)
+                    .unwrap()
+                    .as_c_str(),
+                s
             );
-            // Without a NUL before the hole: EFAULT, not a crash.
-            std::ptr::copy_nonoverlapping(b"abcd".as_ptr(), start, 4);
-            assert_eq!(read_cstring(me, start as u64, 100), Err(libc::EFAULT));
-            libc::munmap(m.cast(), page);
+            assert_eq!(
+                read_cstring_by(me, s.as_ptr() as u64, 5, read),
+                Err(libc::ENAMETOOLONG)
+            );
+            // A string that ends exactly at a page's end, followed by an unmapped page. The
+            // kernel's page size, not 4096: a Raspberry Pi 5's default kernel has 16 KiB pages,
+            // where unmapping 4 KiB at a 4 KiB offset fails (EINVAL) and leaves the "hole" mapped.
+            // SAFETY: sysconf has no preconditions.
+            let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap();
+            assert!(page >= 4096 && page.is_power_of_two(), "page size {page}");
+            // SAFETY: an anonymous private mapping of two pages, the second then unmapped.
+            unsafe {
+                let m = libc::mmap(
+                    std::ptr::null_mut(),
+                    2 * page,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                ) as *mut u8;
+                assert_ne!(m as *mut libc::c_void, libc::MAP_FAILED);
+                assert_eq!(
+                    libc::munmap(m.add(page).cast(), page),
+                    0,
+                    "unmap the second page"
+                );
+                let start = m.add(page - 4);
+                std::ptr::copy_nonoverlapping(c"abc".as_ptr().cast::<u8>(), start, 4);
+                assert_eq!(
+                    read_cstring_by(me, start as u64, 100, read)
+                        .unwrap()
+                        .as_bytes(),
+                    b"abc"
+                );
+                // Without a NUL before the hole: EFAULT, not a crash.
+                std::ptr::copy_nonoverlapping(b"abcd".as_ptr(), start, 4);
+                assert_eq!(
+                    read_cstring_by(me, start as u64, 100, read),
+                    Err(libc::EFAULT)
+                );
+                libc::munmap(m.cast(), page);
+            }
         }
+    }
+
+    #[test]
+    fn a_refused_process_vm_readv_falls_back_to_proc_mem() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let refused: Reader = |_, _, _| Err(libc::EPERM);
+        let works: Reader = |_, _, len| Ok(vec![7; len]);
+        let not_called: Reader = |_, _, _| panic!("this reader must not be asked");
+        // Refused (a seccomp profile): /proc/PID/mem answers, and is used from then on.
+        let flag = AtomicBool::new(false);
+        assert_eq!(
+            read_memory_by(1, 0, 2, &flag, refused, works),
+            Ok(vec![7, 7])
+        );
+        assert!(flag.load(Ordering::Relaxed));
+        assert_eq!(
+            read_memory_by(1, 0, 1, &flag, not_called, works),
+            Ok(vec![7])
+        );
+        // Refused by both (Yama's scope, another uid): the syscall's answer, nothing remembered.
+        let flag = AtomicBool::new(false);
+        let eacces: Reader = |_, _, _| Err(libc::EACCES);
+        assert_eq!(
+            read_memory_by(1, 0, 1, &flag, refused, eacces),
+            Err(libc::EPERM)
+        );
+        assert!(!flag.load(Ordering::Relaxed));
+        // Any other failure (an unmapped address) is the answer: no second try.
+        let fault: Reader = |_, _, _| Err(libc::EFAULT);
+        assert_eq!(
+            read_memory_by(1, 0, 1, &flag, fault, not_called),
+            Err(libc::EFAULT)
+        );
     }
 }

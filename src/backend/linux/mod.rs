@@ -24,7 +24,7 @@ pub mod uid;
 
 use super::{Availability, BackendKind, BoxFuture, LaunchSpec, Launched};
 use crate::error::Result;
-use crate::policy::Policy;
+use crate::policy::{Policy, RequiredLayer};
 use crate::types::Language;
 use plan::{BindKind, HostFacts, SessionDirs};
 use serde::{Deserialize, Serialize};
@@ -96,6 +96,19 @@ pub fn probe_main() -> ! {
             }
             Err(e) => return Err(format!("fork into the new PID namespace: {e}")),
         }
+        // The helper's last mount step, into a fresh tmpfs (this namespace's only; no mkdir:
+        // unprivileged, the probe's uid is unmapped in its user namespace).
+        mount(
+            Some("tmpfs"),
+            "/tmp",
+            Some("tmpfs"),
+            MsFlags::empty(),
+            Some("size=1m"),
+        )
+        .map_err(|e| format!("mount tmpfs: {e}"))?;
+        mounts::pivot_into(std::path::Path::new("/tmp")).map_err(|e| {
+            format!("{e} (a seccomp profile does this: Docker's default refuses pivot_root even with --cap-add SYS_ADMIN)")
+        })?;
         Ok(if root {
             "mount, pid, net, ipc, uts namespaces (as root)"
         } else {
@@ -114,11 +127,11 @@ pub fn probe_main() -> ! {
 /// Whether sessions get namespaces: the host's answer, unless the policy turns them off.
 fn namespaces_for(policy: &Policy, helper: &Path) -> NamespaceProbe {
     match policy.linux.namespaces {
-        crate::policy::NamespaceMode::Off => NamespaceProbe {
+        crate::policy::LayerMode::Off => NamespaceProbe {
             ok: false,
             detail: "turned off by linux.namespaces = \"off\"".into(),
         },
-        crate::policy::NamespaceMode::Auto => probe_namespaces(helper),
+        crate::policy::LayerMode::Auto => probe_namespaces(helper),
     }
 }
 
@@ -147,13 +160,49 @@ fn probe_namespaces(helper: &Path) -> NamespaceProbe {
         .clone()
 }
 
-/// The Landlock ABI sessions use: the kernel's, capped by `linux.landlock_abi_max`.
+/// The Landlock ABI sessions use: the kernel's, capped by `linux.landlock_abi_max`; 0 when
+/// `linux.landlock = "off"`.
 fn landlock_abi(policy: &Policy) -> i32 {
+    if policy.linux.landlock == crate::policy::LayerMode::Off {
+        return 0;
+    }
     let kernel = landlock_rules::kernel_abi();
     match policy.linux.landlock_abi_max {
         0 => kernel,
         cap => kernel.min(cap as i32),
     }
+}
+
+/// The layers `linux.require` asks for that this host does not give, each with why: one
+/// answer for `doctor` and for every launch, so they cannot disagree.
+fn missing_required(
+    require: &[RequiredLayer],
+    ns: &NamespaceProbe,
+    landlock_abi: i32,
+    no_cgroup: Option<&str>,
+) -> Vec<String> {
+    require
+        .iter()
+        .filter_map(|layer| {
+            let why = match layer {
+                RequiredLayer::Namespaces if !ns.ok => ns.detail.clone(),
+                RequiredLayer::Landlock if landlock_abi == 0 => {
+                    "the kernel has no Landlock, or linux.landlock is \"off\"".to_string()
+                }
+                RequiredLayer::Cgroup => no_cgroup?.to_string(),
+                _ => return None,
+            };
+            Some(format!("{} ({why})", layer.as_str()))
+        })
+        .collect()
+}
+
+/// The refusal for layers `linux.require` asks for and this host lacks.
+fn require_refusal(missing: &[String]) -> String {
+    format!(
+        "linux.require asks for layers this host does not give: {}; refusing to run a weaker sandbox (change linux.require / SANDPIT_LINUX_REQUIRE to accept one)",
+        missing.join(", ")
+    )
 }
 
 /// Why namespaces were refused, when the host says so, and what to do (for `doctor`).
@@ -212,6 +261,9 @@ pub fn availability(policy: &Policy, helper: &Path) -> Availability {
         (
             "landlock".into(),
             match abi {
+                0 if policy.linux.landlock == crate::policy::LayerMode::Off => {
+                    "off (linux.landlock = \"off\"): the filesystem is confined by the mount namespace alone".to_string()
+                }
                 a if a < landlock_rules::kernel_abi() => format!(
                     "ABI {a} (capped by linux.landlock_abi_max; the kernel has {}): {}",
                     landlock_rules::kernel_abi(),
@@ -251,11 +303,38 @@ pub fn availability(policy: &Policy, helper: &Path) -> Availability {
             },
         ));
     }
+    let missing = missing_required(
+        &policy.linux.require,
+        &ns,
+        abi,
+        cg.as_ref().err().map(String::as_str),
+    );
+    if !policy.linux.require.is_empty() {
+        facts.push((
+            "required layers".into(),
+            if missing.is_empty() {
+                format!(
+                    "{}: all in force",
+                    policy
+                        .linux
+                        .require
+                        .iter()
+                        .map(|l| l.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            } else {
+                format!("missing: {}", missing.join(", "))
+            },
+        ));
+    }
     let (available, detail) = if !seccomp {
         (
             false,
             "seccomp is unavailable: refusing to run without a syscall filter".to_string(),
         )
+    } else if !missing.is_empty() {
+        (false, require_refusal(&missing))
     } else if !ns.ok && abi == 0 {
         (
             false,
@@ -501,7 +580,21 @@ impl LinuxBackend {
             is_root,
         );
         guard.disk = mounts;
-        guard.cgroup = session_cgroup(&name, &spec.sandbox.limits)?;
+        guard.cgroup = session_cgroup(&name, &spec.sandbox.limits);
+        let no_cgroup = guard.cgroup.is_none().then(|| {
+            cgroup::probe()
+                .err()
+                .unwrap_or_else(|| "none was created".into())
+        });
+        let missing = missing_required(
+            &self.policy.linux.require,
+            &ns,
+            landlock_abi(&self.policy),
+            no_cgroup.as_deref(),
+        );
+        if !missing.is_empty() {
+            return Err(LinuxError::Required(require_refusal(&missing)).into());
+        }
         let facts = HostFacts {
             is_root,
             uid,
@@ -698,16 +791,25 @@ fn session_directories(
 }
 
 /// The session's cgroup, where one is writable (root); stale ones of dead sandpit processes are
-/// removed first, once per process.
-fn session_cgroup(name: &str, limits: &crate::policy::Limits) -> Result<Option<cgroup::Cgroup>> {
-    let Some(v) = cgroup::detect() else {
-        return Ok(None);
-    };
+/// removed first, once per process. One that cannot be made (a hierarchy that refuses a limit,
+/// say) is not fatal: the session's memory and process limits fall back to rlimits, as on a
+/// host without cgroups, the log says why, and the layers report shows no cgroup (a
+/// `linux.require = ["cgroup"]` then refuses the launch).
+fn session_cgroup(name: &str, limits: &crate::policy::Limits) -> Option<cgroup::Cgroup> {
+    let v = cgroup::detect()?;
     static SWEPT: std::sync::Once = std::sync::Once::new();
     SWEPT.call_once(|| cgroup::remove_stale(v));
-    cgroup::Cgroup::create(v, &format!("s-{name}"), limits)
-        .map(Some)
-        .map_err(|e| LinuxError::Cgroup(e).into())
+    match cgroup::Cgroup::create(v, &format!("s-{name}"), limits) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            let e = LinuxError::Cgroup(e);
+            tracing::warn!(
+                error = %crate::error::with_causes(e.to_string(), &e),
+                "no cgroup for this session: its memory and process limits fall back to rlimits"
+            );
+            None
+        }
+    }
 }
 
 /// How many tasks (threads included, as RLIMIT_NPROC counts them) `uid` runs now.
@@ -748,5 +850,46 @@ impl Drop for SessionGuard {
         if let Err(e) = std::fs::remove_dir_all(&self.base) {
             tracing::debug!(path = %self.base.display(), error = %e, "could not remove session directory");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn probe(ok: bool) -> NamespaceProbe {
+        NamespaceProbe {
+            ok,
+            detail: if ok {
+                "user, mount, pid, net, ipc, uts".into()
+            } else {
+                "unshare: EPERM".into()
+            },
+        }
+    }
+
+    #[test]
+    fn required_layers_name_what_is_missing_and_why() {
+        let all = [
+            RequiredLayer::Namespaces,
+            RequiredLayer::Landlock,
+            RequiredLayer::Cgroup,
+        ];
+        assert!(missing_required(&all, &probe(true), 7, None).is_empty());
+        assert!(missing_required(&[], &probe(false), 0, Some("read-only")).is_empty());
+        let missing = missing_required(&all, &probe(false), 0, Some("read-only cgroupfs"));
+        assert_eq!(missing.len(), 3, "{missing:?}");
+        assert!(missing[0].starts_with("namespaces (unshare: EPERM"));
+        assert!(missing[1].starts_with("landlock ("));
+        assert_eq!(missing[2], "cgroup (read-only cgroupfs)");
+        let refusal = require_refusal(&missing);
+        assert!(refusal.contains("SANDPIT_LINUX_REQUIRE"), "{refusal}");
+    }
+
+    #[test]
+    fn landlock_off_means_abi_zero() {
+        let mut policy = Policy::default();
+        policy.linux.landlock = crate::policy::LayerMode::Off;
+        assert_eq!(landlock_abi(&policy), 0);
     }
 }

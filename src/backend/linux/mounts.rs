@@ -159,6 +159,14 @@ pub fn enter_root(plan: &RootPlan) -> Result<(), String> {
         None::<&str>,
     )
     .map_err(|e| err("remount read-only", root, e))?;
+    pivot_into(root)
+}
+
+/// Makes `root` (a mount point) the root and detaches the old one. The namespace probe enters
+/// a tmpfs this way too, so a host that refuses `pivot_root` where it allows the namespaces
+/// (Docker's default seccomp profile with `--cap-add SYS_ADMIN`) runs sessions without
+/// namespaces instead of failing at this step.
+pub fn pivot_into(root: &Path) -> Result<(), String> {
     // pivot_root(".", ".") stacks the old root under the new one; detaching it leaves no way back.
     std::env::set_current_dir(root).map_err(|e| err("chdir", root, e))?;
     nix::unistd::pivot_root(".", ".").map_err(|e| format!("pivot_root: {e}"))?;

@@ -13,6 +13,18 @@ pub fn pids() -> Vec<i32> {
         .collect()
 }
 
+/// The uids in `range` that own a process now (the owner of `/proc/PID` is the process's
+/// effective uid): one directory scan and a `stat` per process.
+pub fn uids_with_processes(range: std::ops::Range<u32>) -> std::collections::HashSet<u32> {
+    use std::os::unix::fs::MetadataExt;
+    pids()
+        .into_iter()
+        .filter_map(|pid| std::fs::symlink_metadata(format!("/proc/{pid}")).ok())
+        .map(|m| m.uid())
+        .filter(|u| range.contains(u))
+        .collect()
+}
+
 /// The fields of `/proc/PID/stat` sandpit reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stat {

@@ -463,3 +463,257 @@ mod tests {
         }
     }
 }
+
+/// The compiled programs run through a small classic-BPF interpreter, as the kernel would run
+/// them, per architecture: what a Raspberry Pi's (aarch64) kernel would answer, checked here on
+/// any host, since neither qemu-user nor an x86-64 kernel loads an aarch64 filter.
+#[cfg(test)]
+mod verdicts {
+    use super::*;
+    use seccompiler::sock_filter;
+
+    /// `struct seccomp_data` as the filters read it (little-endian).
+    struct Call {
+        arch: u32,
+        nr: u32,
+        args: [u64; 6],
+    }
+
+    fn load(c: &Call, offset: u32) -> u32 {
+        match offset {
+            0 => c.nr,
+            4 => c.arch,
+            16..=63 if offset % 4 == 0 => {
+                let arg = c.args[(offset as usize - 16) / 8];
+                if offset % 8 == 0 {
+                    arg as u32
+                } else {
+                    (arg >> 32) as u32
+                }
+            }
+            _ => panic!("a load at offset {offset}"),
+        }
+    }
+
+    /// One program's return value.
+    fn run(program: &[sock_filter], c: &Call) -> u32 {
+        let (mut a, mut pc) = (0u32, 0usize);
+        loop {
+            let i = &program[pc];
+            pc += 1;
+            let jump = |taken: bool| usize::from(if taken { i.jt } else { i.jf });
+            match i.code {
+                0x20 => a = load(c, i.k),         // BPF_LD | BPF_W | BPF_ABS
+                0x54 => a &= i.k,                 // BPF_ALU | BPF_AND | BPF_K
+                0x05 => pc += i.k as usize,       // BPF_JMP | BPF_JA
+                0x15 => pc += jump(a == i.k),     // BPF_JMP | BPF_JEQ | BPF_K
+                0x25 => pc += jump(a > i.k),      // BPF_JMP | BPF_JGT | BPF_K
+                0x35 => pc += jump(a >= i.k),     // BPF_JMP | BPF_JGE | BPF_K
+                0x45 => pc += jump(a & i.k != 0), // BPF_JMP | BPF_JSET | BPF_K
+                0x06 => return i.k,               // BPF_RET | BPF_K
+                code => panic!("opcode {code:#x} not interpreted"),
+            }
+        }
+    }
+
+    /// The kernel's answer with every filter installed: each runs, newest first, and the first
+    /// of the strictest actions wins (kill < errno < allow, compared as signed).
+    fn verdict(arch: TargetArch, options: Options, c: &Call) -> u32 {
+        let filters = compile(arch, options).unwrap();
+        let rank = |r: u32| (r & libc::SECCOMP_RET_ACTION_FULL) as i32;
+        filters
+            .iter()
+            .rev()
+            .map(|(_, p)| run(p, c))
+            .fold(libc::SECCOMP_RET_ALLOW, |best, r| {
+                if rank(r) < rank(best) {
+                    r
+                } else {
+                    best
+                }
+            })
+    }
+
+    const ALLOW: u32 = libc::SECCOMP_RET_ALLOW;
+    fn errno(e: i32) -> u32 {
+        libc::SECCOMP_RET_ERRNO | e as u32
+    }
+
+    /// The syscall numbers the cases use, per architecture (`asm-generic/unistd.h` for
+    /// aarch64, `asm/unistd_64.h` for x86-64), checked against libc on the native one below.
+    struct Numbers {
+        audit_arch: u32,
+        /// The compat ABI this kernel also runs (arm32 on aarch64, i386 on x86-64).
+        compat_audit_arch: u32,
+        read: u32,
+        getpid: u32,
+        mount: u32,
+        unshare: u32,
+        ptrace: u32,
+        clone: u32,
+        clone3: u32,
+        socket: u32,
+        ioctl: u32,
+    }
+
+    const AARCH64: Numbers = Numbers {
+        audit_arch: 0xC000_00B7,        // AUDIT_ARCH_AARCH64
+        compat_audit_arch: 0x4000_0028, // AUDIT_ARCH_ARM
+        read: 63,
+        getpid: 172,
+        mount: 40,
+        unshare: 97,
+        ptrace: 117,
+        clone: 220,
+        clone3: 435,
+        socket: 198,
+        ioctl: 29,
+    };
+    const X86_64: Numbers = Numbers {
+        audit_arch: 0xC000_003E,        // AUDIT_ARCH_X86_64
+        compat_audit_arch: 0x4000_0003, // AUDIT_ARCH_I386
+        read: 0,
+        getpid: 39,
+        mount: 165,
+        unshare: 272,
+        ptrace: 101,
+        clone: 56,
+        clone3: 435,
+        socket: 41,
+        ioctl: 16,
+    };
+
+    fn check(arch: TargetArch, n: &Numbers) {
+        let call = |nr: u32, args: &[u64]| {
+            let mut a = [0u64; 6];
+            a[..args.len()].copy_from_slice(args);
+            Call {
+                arch: n.audit_arch,
+                nr,
+                args: a,
+            }
+        };
+        let all = Options {
+            deny_network: true,
+            deny_unix_sockets: true,
+            deny_other_processes: true,
+            deny_sysv_ipc: true,
+            deny_sigio_owner: true,
+        };
+        for options in [Options::default(), all] {
+            let v = |c: &Call| verdict(arch, options, c);
+            assert_eq!(v(&call(n.read, &[0, 0, 0])), ALLOW, "{arch:?} read");
+            assert_eq!(v(&call(n.getpid, &[])), ALLOW, "{arch:?} getpid");
+            for (name, nr) in [
+                ("mount", n.mount),
+                ("unshare", n.unshare),
+                ("ptrace", n.ptrace),
+            ] {
+                assert_eq!(v(&call(nr, &[])), errno(libc::EPERM), "{arch:?} {name}");
+            }
+            let sigchld = libc::SIGCHLD as u64;
+            assert_eq!(
+                v(&call(n.clone, &[sigchld])),
+                ALLOW,
+                "{arch:?} fork by clone"
+            );
+            let newuser = libc::CLONE_NEWUSER as u64 | sigchld;
+            assert_eq!(
+                v(&call(n.clone, &[newuser])),
+                errno(libc::EPERM),
+                "{arch:?} clone NEWUSER"
+            );
+            assert_eq!(
+                v(&call(n.clone3, &[])),
+                errno(libc::ENOSYS),
+                "{arch:?} clone3"
+            );
+            let tiocsti = 0x5412;
+            assert_eq!(
+                v(&call(n.ioctl, &[1, tiocsti])),
+                errno(libc::EPERM),
+                "{arch:?} TIOCSTI"
+            );
+            let tcgets = 0x5401;
+            assert_eq!(v(&call(n.ioctl, &[1, tcgets])), ALLOW, "{arch:?} TCGETS");
+            // Another ABI of the same kernel (32-bit arm on a Pi 5's CONFIG_COMPAT kernel):
+            // killed, whatever the number.
+            let compat = Call {
+                arch: n.compat_audit_arch,
+                nr: 3,
+                args: [0; 6],
+            };
+            let action = v(&compat) & libc::SECCOMP_RET_ACTION_FULL;
+            assert!(
+                action == libc::SECCOMP_RET_KILL_PROCESS || action == libc::SECCOMP_RET_KILL_THREAD,
+                "{arch:?}: a compat-ABI call answered {action:#x}"
+            );
+        }
+        // Sockets: any family but AF_VSOCK with network; only AF_UNIX without; none by path
+        // (AF_UNIX) without a mount namespace.
+        let inet = call(n.socket, &[libc::AF_INET as u64, libc::SOCK_STREAM as u64]);
+        let unix = call(n.socket, &[libc::AF_UNIX as u64, libc::SOCK_STREAM as u64]);
+        let vsock = call(n.socket, &[libc::AF_VSOCK as u64, libc::SOCK_STREAM as u64]);
+        let with = |deny_network, deny_unix_sockets| Options {
+            deny_network,
+            deny_unix_sockets,
+            ..Options::default()
+        };
+        assert_eq!(verdict(arch, with(false, false), &inet), ALLOW);
+        assert_eq!(
+            verdict(arch, with(false, false), &vsock),
+            errno(libc::EPERM)
+        );
+        assert_eq!(
+            verdict(arch, with(true, false), &inet),
+            errno(libc::EAFNOSUPPORT)
+        );
+        assert_eq!(verdict(arch, with(true, false), &unix), ALLOW);
+        assert_eq!(verdict(arch, with(true, true), &unix), errno(libc::EACCES));
+    }
+
+    #[test]
+    fn aarch64_filters_answer_as_the_profile_says() {
+        check(TargetArch::aarch64, &AARCH64);
+    }
+
+    #[test]
+    fn x86_64_filters_answer_as_the_profile_says() {
+        check(TargetArch::x86_64, &X86_64);
+        // x32 (same AUDIT_ARCH, bit 30 in the number): refused before the allowlist.
+        let x32_read = Call {
+            arch: X86_64.audit_arch,
+            nr: X32_SYSCALL_BIT,
+            args: [0; 6],
+        };
+        assert_eq!(
+            verdict(TargetArch::x86_64, Options::default(), &x32_read),
+            errno(libc::EPERM)
+        );
+    }
+
+    /// The numbers above are the native libc's, on the architecture the tests run on (the
+    /// aarch64 ones under qemu in tests/aarch64.sh).
+    #[test]
+    fn syscall_numbers_match_libc() {
+        let n = match std::env::consts::ARCH {
+            "aarch64" => &AARCH64,
+            "x86_64" => &X86_64,
+            _ => return,
+        };
+        let native = [
+            (n.read, libc::SYS_read),
+            (n.getpid, libc::SYS_getpid),
+            (n.mount, libc::SYS_mount),
+            (n.unshare, libc::SYS_unshare),
+            (n.ptrace, libc::SYS_ptrace),
+            (n.clone, libc::SYS_clone),
+            (n.clone3, libc::SYS_clone3),
+            (n.socket, libc::SYS_socket),
+            (n.ioctl, libc::SYS_ioctl),
+        ];
+        for (ours, theirs) in native {
+            assert_eq!(libc::c_long::from(ours), theirs);
+        }
+    }
+}

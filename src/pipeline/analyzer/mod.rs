@@ -13,7 +13,7 @@
 //! - [`validate_package_name`] checks a package name before it reaches pip or npm.
 
 mod bash;
-mod glob;
+pub(crate) mod glob;
 mod javascript;
 mod packages;
 mod python;

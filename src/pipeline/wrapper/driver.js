@@ -19,8 +19,15 @@
 //      out what they queued, writes the end marker "\x1esandpit-end:NONCE\x1e" with
 //      fs.writeSync on fd 1 and on fd 2, then one line on fd 4:
 //        {"id":ID,"nonce":"NONCE","status":"ok"|"error"|"interrupted","exit_code":N,
-//         "result":JSON|null,"exception":null|{"type","message","traceback"},"warnings":[...]}
+//         "result":JSON|null,"exception":null|{"type","message","traceback"},"warnings":[...],
+//         "outputs":[{"type","mime","data"}...]}
 //   4. EOF on fd 3: exit 0.
+//   5. Host tools (see "Tool calls" in src/pipeline/wrapper/mod.rs): while a cell runs,
+//      sandpit.tools.NAME(args) writes {"tool_call":{"id":N,"cell":ID,"name":...,"arguments":{...}}}
+//      as one line on fd 4 and returns a promise, settled when the line
+//      {"tool_result":{"id":N,...}} arrives on fd 3 (a line there that starts with "{" is
+//      always an answer, never a request header).  Calls still pending when their cell ends
+//      are rejected (and their late answers dropped).
 //
 // How a cell runs
 //   - A cell that declares no let/const/class runs as a plain script (vm.Script, named
@@ -42,7 +49,10 @@
 //   - result: the value of `result` (a global, or a top-level let/const/var) if the cell
 //     bound it: it did not exist, it is another value than before, or the code assigns
 //     `result =`.  undefined is null; a value JSON cannot encode is returned as its
-//     util.inspect() text with a warning.
+//     util.inspect() text with a warning.  Otherwise the cell's completion value, as Node's
+//     REPL echoes it (`x + 1`, `await f()`, also `x = 5`), when it is not undefined: JSON where
+//     it can be, else its util.inspect() text, which also goes in "outputs" as
+//     {"type":"execute_result","mime":"text/plain","data":...}.  `result` wins.
 //   - input_data: each key is assigned as `key = value` (so a let of that name from an
 //     earlier cell gets it too), else set on globalThis.
 //   - console output is not coloured (stdout reports a colour depth of 1).
@@ -62,6 +72,7 @@
   const vm = require('vm');
 
   const MISSING = Symbol('missing');
+  const MAX_VALUE_TEXT = 1 << 20; // the inspect() text of a completion value, at most
   const OBJECT_GROUP = 'sandpit';
 
   // The request/response pipes are inherited from the host without close-on-exec, and node
@@ -97,6 +108,18 @@
     if (typeof s !== 'string') return s;
     return typeof s.toWellFormed === 'function' ? s.toWellFormed() : s.replace(loneSurrogate, '\uFFFD');
   };
+  // Whether JSON says what `value` is: primitives (finite numbers), arrays, plain objects and
+  // objects with toJSON (Date). A Map, a Set, a class instance or NaN would come out as {} or
+  // null: their completion value is given as inspect() text instead.
+  function plainData(value) {
+    if (value === null || typeof value === 'string' || typeof value === 'boolean') return true;
+    if (typeof value === 'number') return Number.isFinite(value);
+    if (typeof value !== 'object') return false;
+    if (Array.isArray(value) || typeof value.toJSON === 'function') return true;
+    const proto = Object.getPrototypeOf(value);
+    return proto === Object.prototype || proto === null;
+  }
+
   function toJSON(value) {
     const s = JSON.stringify(value);
     if (s !== undefined && /\\ud[89a-f]/i.test(s)) {
@@ -235,7 +258,7 @@
   const cellFrame = /\n\s+at .*\bcell-\d+:\d+:\d+/;
 
   function runCell(req) {
-    const cell = { id: req.id, nonce: req.nonce, done: false, before: MISSING, assigns: false, warnings: [] };
+    const cell = { id: req.id, nonce: req.nonce, done: false, before: MISSING, assigns: false, value: MISSING, warnings: [] };
     current = cell;
     const name = `cell-${req.id}`;
     let code = req.code;
@@ -265,7 +288,7 @@
       }
       if (script !== null) {
         try {
-          script.runInThisContext({ breakOnSigint: true, displayErrors: false });
+          cell.value = script.runInThisContext({ breakOnSigint: true, displayErrors: false });
           // Let what the cell queued (ticks, rejection reports) run before its end marker.
           setImmediate(finish, cell, 'ok', 0, null);
           return;
@@ -308,10 +331,32 @@
       return;
     }
     if (!details) {
-      release();
       // Let pending callbacks and rejection reports of this cell run first, so that what
       // they print lands before the end marker.
-      setImmediate(() => finish(cell, 'ok', 0, null));
+      const done = () => setImmediate(() => finish(cell, 'ok', 0, null));
+      const r = res && res.result;
+      if (r && r.objectId) {
+        // The completion value is an object: fetch it by reference before releasing it.
+        hook.caught = undefined;
+        session.post(
+          'Runtime.callFunctionOn',
+          { objectId: r.objectId, functionDeclaration: 'function () { __sandpit_driver__.catch(this); }' },
+          () => {
+            cell.value = hook.caught;
+            hook.caught = undefined;
+            release();
+            done();
+          },
+        );
+        return;
+      }
+      release();
+      if (r && 'unserializableValue' in r) {
+        cell.value = safe(() => vm.runInThisContext(r.unserializableValue), r.description); // NaN, -0, 1n...
+      } else if (r && r.type !== 'undefined') {
+        cell.value = r.value;
+      }
+      done();
       return;
     }
     const ex = details.exception || {};
@@ -339,8 +384,10 @@
   function finish(cell, status, exitCode, exception) {
     if (cell.done) return;
     cell.done = true;
+    abandonTools(cell);
 
     let result = 'null';
+    let outputs = '[]';
     const after = readResult();
     if (after !== MISSING && (!Object.is(after, cell.before) || cell.assigns)) {
       let json;
@@ -354,11 +401,27 @@
         cell.warnings.push('result is not JSON-serialisable; returned its repr');
       }
       result = json;
+    } else if (cell.value !== MISSING && cell.value !== undefined && status === 'ok') {
+      // The cell's completion value, as the REPL echoes it: JSON where it can be, else its
+      // util.inspect() text; that text also goes in outputs as text/plain.
+      let text = wellFormed(safe(() => util.inspect(cell.value), String(typeof cell.value)));
+      if (text.length > MAX_VALUE_TEXT) {
+        text = `${text.slice(0, MAX_VALUE_TEXT)}... [${text.length - MAX_VALUE_TEXT} characters dropped]`;
+      }
+      let json;
+      try {
+        json = plainData(cell.value) ? toJSON(cell.value) : undefined;
+      } catch {
+        json = undefined;
+      }
+      result = json === undefined ? JSON.stringify(text) : json;
+      outputs = JSON.stringify([{ type: 'execute_result', mime: 'text/plain', data: text }]);
     }
 
     const response =
       `{"id":${cell.id},"nonce":"${cell.nonce}","status":"${status}","exit_code":${exitCode},` +
-      `"result":${result},"exception":${JSON.stringify(exception)},"warnings":${JSON.stringify(cell.warnings)}}\n`;
+      `"result":${result},"exception":${JSON.stringify(exception)},"warnings":${JSON.stringify(cell.warnings)},` +
+      `"outputs":${outputs}}\n`;
     whenFlushed(() => {
       const marker = Buffer.from(`\x1esandpit-end:${cell.nonce}\x1e`);
       for (const fd of [1, 2]) {
@@ -380,6 +443,92 @@
     if (busy) setTimeout(whenFlushed, 1, then);
     else then();
   }
+
+  // ---- host tools ------------------------------------------------------------------------
+  // The global `sandpit` (not enumerable): sandpit.tools.NAME(args) for each tool named in
+  // $SANDPIT_TOOLS, sandpit.call(name, args), sandpit.names(), sandpit.describe(), and
+  // sandpit.ToolError, the class of a refusal or a tool's failure.
+  const toolNames = (process.env.SANDPIT_TOOLS || '').split(',').filter(Boolean);
+  const pendingTools = new Map(); // call id -> {resolve, reject, name, cell, promise}
+  let lastToolId = 0;
+  class ToolError extends Error {
+    constructor(message) {
+      super(message);
+      this.name = 'ToolError';
+    }
+  }
+  function callTool(name, args) {
+    let entry;
+    const promise = new Promise((resolve, reject) => {
+      entry = { resolve, reject, name, cell: current };
+    });
+    entry.promise = promise;
+    try {
+      if (!current || current.done) throw new ToolError('host tools can only be called while a cell runs');
+      if (typeof name !== 'string') throw new TypeError("the tool's name must be a string");
+      if (args === undefined || args === null) args = {};
+      if (typeof args !== 'object' || Array.isArray(args)) throw new TypeError('the arguments must be an object');
+      const body = JSON.stringify(args);
+      const id = ++lastToolId;
+      pendingTools.set(id, entry);
+      writeAll(responseFd, `{"tool_call":{"id":${id},"cell":${current.id},"name":${JSON.stringify(name)},"arguments":${body}}}\n`);
+    } catch (e) {
+      entry.reject(e);
+    }
+    return promise;
+  }
+  function toolAnswer(text) {
+    let answer;
+    try {
+      answer = JSON.parse(text).tool_result;
+    } catch {
+      return;
+    }
+    const entry = answer && pendingTools.get(answer.id);
+    if (!entry) return; // for a call its cell no longer waits for
+    // Cancelled by an interrupt: the SIGINT ends the cell (and abandons the call). Ending it on
+    // this answer instead could leave the signal to land in a later cell.
+    if (answer.cancelled) return;
+    pendingTools.delete(answer.id);
+    if (answer.ok) entry.resolve(answer.result);
+    else entry.reject(new ToolError(`${entry.name}: ${answer.error}`));
+  }
+  // The cell is over: its calls still pending are rejected, quietly (nobody awaits them now).
+  function abandonTools(cell) {
+    for (const [id, entry] of pendingTools) {
+      if (entry.cell !== cell) continue;
+      pendingTools.delete(id);
+      entry.promise.catch(() => {});
+      entry.reject(new ToolError(`${entry.name}: the cell ended before the call finished`));
+    }
+  }
+  function describeTools(name) {
+    let info = [];
+    try {
+      info = JSON.parse(process.env.SANDPIT_TOOLS_INFO || '[]');
+    } catch {}
+    if (name === undefined) return info;
+    const t = info.find((x) => x.name === name);
+    if (!t) throw new ToolError(`no tool named ${JSON.stringify(name)} is declared`);
+    return t;
+  }
+  const toolFunctions = {};
+  for (const n of toolNames) {
+    Object.defineProperty(toolFunctions, n, { value: (args) => callTool(n, args), enumerable: true });
+  }
+  Object.defineProperty(toolFunctions, 'call', { value: callTool });
+  Object.defineProperty(globalThis, 'sandpit', {
+    value: Object.freeze({
+      tools: Object.freeze(toolFunctions),
+      call: callTool,
+      names: () => toolNames.slice(),
+      describe: describeTools,
+      ToolError,
+    }),
+    enumerable: false,
+    configurable: true,
+    writable: true,
+  });
 
   // ---- signals and stray errors ----------------------------------------------------------
   // A SIGINT while a cell waits on a promise ends the cell; between cells it is ignored.
@@ -410,6 +559,13 @@
       if (header === null) {
         const nl = pending.indexOf(10);
         if (nl < 0) break;
+        if (pending[0] === 0x7b) {
+          // "{": a tool call's answer, never a request header.
+          const text = pending.toString('utf8', 0, nl);
+          pending = pending.subarray(nl + 1);
+          toolAnswer(text);
+          continue;
+        }
         const line = pending.toString('latin1', 0, nl);
         pending = pending.subarray(nl + 1);
         const m = /^(\d+) ([0-9a-f]+) ([01]) (\d+) (\d+)$/.exec(line.trim());

@@ -24,13 +24,22 @@
 #      b"\x1esandpit-end:" + NONCE + b"\x1e" with os.write to fd 1 and to fd 2, then one line
 #      on fd 4:
 #        {"id":ID,"nonce":"NONCE","status":"ok"|"error"|"interrupted","exit_code":N,
-#         "result":JSON|null,"exception":null|{"type","message","traceback"},"warnings":[...]}
+#         "result":JSON|null,"exception":null|{"type","message","traceback"},"warnings":[...],
+#         "outputs":[{"type","mime","data"}...]}
 #   4. EOF on fd 3: exit 0.
+#   5. Host tools (see "Tool calls" in src/pipeline/wrapper/mod.rs): while a cell runs,
+#      sandpit_tools.call() writes {"tool_call":{"id":N,"cell":ID,"name":...,"arguments":{...}}}
+#      as one line on fd 4 and reads lines on fd 3 until {"tool_result":{"id":N,...}}.  A line
+#      on fd 3 that starts with "{" where a header is expected is a late answer: skipped.
 #
 # Semantics
 #   - result: the value of the global `result` if the cell bound it (it did not exist before,
 #     it is another object than before, or the cell's top level assigns to it); a value JSON
-#     cannot encode is returned as its repr() with a warning.
+#     cannot encode is returned as its repr() with a warning.  Otherwise, when the cell ends
+#     in an expression statement whose value is not None (as the REPL echoes it), that value:
+#     JSON where it can be, else its repr() (no warning); its repr() also goes in "outputs" as
+#     {"type":"execute_result","mime":"text/plain","data":...}, and it is bound to `_`.
+#     `result` wins over the last expression.
 #   - INTERACTIVE 0: fd 0 is /dev/null and sys.stdin reads it, so reads get EOF at once;
 #     afterwards the driver drops the ^D the host queued on the terminal for the cell.
 #     INTERACTIVE 1: fd 0 is the terminal (and sys.stdin the usual object).  fd 0 is only
@@ -41,6 +50,12 @@
 #   - Cells may use top-level `await` (run on one persistent asyncio event loop).
 #   - Tracebacks name cells "<cell-ID>"; the source (of cells up to 1 MiB) is kept in
 #     linecache, so tracebacks and inspect.getsource() show the lines of any earlier cell.
+#   - `import sandpit_tools` (a module this driver registers): call(name, {...}) and one
+#     function per tool named in $SANDPIT_TOOLS return the tool's result or raise
+#     sandpit_tools.ToolError.  Calls from any thread of the cell are serialized; the cell's
+#     response waits for a call in progress; outside a cell (a thread still running after its
+#     cell) a call raises at once.  Not available to programs the cell starts (subprocess):
+#     the channel never leaves this process.
 #
 # Everything lives inside _driver() so that user code sees none of the driver's names.
 
@@ -126,6 +141,8 @@ def _driver():
             memory_reserve.pop().close()
     CO_COROUTINE = 0x80  # inspect.CO_COROUTINE
     TOP_LEVEL_AWAIT = 0x2000  # ast.PyCF_ALLOW_TOP_LEVEL_AWAIT (stable since 3.8; ast costs ~2 ms)
+    import _ast  # the C module behind `ast`: node classes and PyCF_ONLY_AST, without enum
+    MAX_VALUE_TEXT = 1 << 20  # the repr of a last expression, at most (the host caps it too)
 
     if wasi:
         requests = wasi_requests(os, request_fd)
@@ -139,6 +156,86 @@ def _driver():
     def write_all(fd, data):
         while data:
             data = data[write(fd, data):]
+
+    # ---- host tools ---------------------------------------------------------------------
+    # (CPython on WASI has no threads, but its _thread still makes locks.)
+    import _thread
+    tool_lock = _thread.allocate_lock()
+    tool_state = [0, 0]  # [the running cell's id (0 between cells), the last call id]
+    tool_names = [n for n in os.environ.get("SANDPIT_TOOLS", "").split(",") if n]
+
+    class ToolError(Exception):
+        """A host tool refused the call or failed; the message says why."""
+
+    ToolError.__module__ = "sandpit_tools"
+
+    def tool_call(name, arguments=None, /, **kwargs):
+        """Calls the host tool `name` with `arguments` (a dict, or keyword arguments) and
+        returns its result (JSON: dicts, lists, strings, numbers, None).  Raises
+        sandpit_tools.ToolError when the host refuses the call or the tool fails."""
+        if not isinstance(name, str):
+            raise TypeError("the tool's name must be a string")
+        if arguments is None:
+            arguments = kwargs
+        elif kwargs:
+            arguments = dict(arguments, **kwargs)
+        if not isinstance(arguments, dict):
+            raise TypeError("the arguments must be a dict (a JSON object)")
+        if os.getpid() != driver_pid:
+            raise ToolError("host tools can only be called from the cell's own process, not a forked one")
+        json = json_module()
+        body = json.dumps(arguments, allow_nan=False, separators=(",", ":"))
+        with tool_lock:
+            cell = tool_state[0]
+            if not cell:
+                raise ToolError("host tools can only be called while a cell runs")
+            tool_state[1] += 1
+            call_id = tool_state[1]
+            write_all(response_fd, ('{"tool_call":{"id":%d,"cell":%d,"name":%s,"arguments":%s}}\n'
+                          % (call_id, cell, json.dumps(name), body)).encode())
+            while True:
+                reply = requests.readline()
+                if not reply.endswith(b"\n"):
+                    raise ToolError("the host closed the channel")
+                try:
+                    answer = json.loads(reply)["tool_result"]
+                except (ValueError, KeyError, TypeError):
+                    continue
+                if answer.get("id") == call_id:
+                    break
+        if answer.get("ok"):
+            return answer.get("result")
+        raise ToolError("%s: %s" % (name, answer.get("error")))
+
+    def tool_function(name):
+        def f(arguments=None, /, **kwargs):
+            return tool_call(name, arguments, **kwargs)
+        f.__name__ = f.__qualname__ = name
+        f.__module__ = "sandpit_tools"
+        f.__doc__ = ("Calls the host tool %r: %s(dict) or %s(key=value, ...); "
+                     "sandpit_tools.describe(%r) says what it does." % (name, name, name, name))
+        return f
+
+    def describe_tools(name=None):
+        """The declared tools ({name, kind, description, enabled, schema}), or one of them."""
+        info = json_module().loads(os.environ.get("SANDPIT_TOOLS_INFO") or "[]")
+        if name is None:
+            return info
+        for t in info:
+            if t.get("name") == name:
+                return t
+        raise ToolError("no tool named %r is declared" % (name,))
+
+    tools_module = types.ModuleType("sandpit_tools")
+    tools_module.__doc__ = ("Host tools the operator declared, called from sandboxed code: "
+                            "call(name, {...}), one function per tool, names(), describe().")
+    tools_module.call = tool_call
+    tools_module.ToolError = ToolError
+    tools_module.names = lambda: list(tool_names)
+    tools_module.describe = describe_tools
+    for n in tool_names:
+        setattr(tools_module, n, tool_function(n))
+    sys.modules["sandpit_tools"] = tools_module
 
     # The namespace cells run in, registered as __main__ so pickle and friends find the
     # classes and functions cells define.
@@ -211,6 +308,34 @@ def _driver():
             for i in dis.get_instructions(co)
         )
 
+    def compile_cell(code, name):
+        """The cell as (code object, code of its last expression or None): a cell that ends
+        in an expression statement gives that expression's value, as the REPL does."""
+        tree = compile(code, name, "exec", TOP_LEVEL_AWAIT | _ast.PyCF_ONLY_AST, True)
+        last = None
+        if tree.body and type(tree.body[-1]) is _ast.Expr:
+            last = compile(_ast.Expression(tree.body.pop().value), name, "eval", TOP_LEVEL_AWAIT, True)
+        return compile(tree, name, "exec", TOP_LEVEL_AWAIT, True), last
+
+    def run_code(co):
+        """Runs a code object in the session's namespace; top-level await on its event loop."""
+        nonlocal loop
+        if co.co_flags & CO_COROUTINE:
+            # Top-level await: the code object evaluates to a coroutine.
+            if loop is None:
+                loop = new_event_loop(wasi)
+            return loop.run_until_complete(eval(co, g))
+        return eval(co, g)
+
+    def value_text(value):
+        try:
+            text = repr(value)
+        except BaseException:
+            text = "<%s object>" % type(value).__name__
+        if len(text) > MAX_VALUE_TEXT:
+            text = text[:MAX_VALUE_TEXT] + "... [%d characters dropped]" % (len(text) - MAX_VALUE_TEXT)
+        return text
+
     def flush_streams():
         for f in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
             try:
@@ -219,7 +344,7 @@ def _driver():
                 pass
 
     def run_cell(cid, nonce, interactive, prelude, code):
-        nonlocal cell_handler, fd0_is_null, loop
+        nonlocal cell_handler, fd0_is_null
         status, exit_code, exception, warnings = "ok", 0, None, []
         take_memory_reserve()
         # (Under WASI nothing installs packages, and a stat costs more: not looked for.)
@@ -228,7 +353,8 @@ def _driver():
             import importlib
             importlib.invalidate_caches()
         before = g.get("result", MISSING)
-        co = None
+        co = last = None
+        value = MISSING
         saved_stdin = sys.stdin
         if not interactive:
             if not fd0_is_null:
@@ -238,6 +364,8 @@ def _driver():
         elif fd0_is_null and tty_fd is not None:
             os.dup2(tty_fd, 0)
             fd0_is_null = False
+        with tool_lock:
+            tool_state[0], tool_state[1] = cid, 0
         try:
             try:
                 set_signal(sigint, cell_handler)
@@ -247,14 +375,10 @@ def _driver():
                 name = "<cell-%d>" % cid
                 if len(code) <= MAX_KEPT_SOURCE:
                     pending_sources[name] = code
-                co = compile(code, name, "exec", TOP_LEVEL_AWAIT, True)
-                if co.co_flags & CO_COROUTINE:
-                    # Top-level await: the code object evaluates to a coroutine.
-                    if loop is None:
-                        loop = new_event_loop(wasi)
-                    loop.run_until_complete(eval(co, g))
-                else:
-                    exec(co, g)
+                co, last = compile_cell(code, name)
+                run_code(co)
+                if last is not None:
+                    value = run_code(last)
             finally:
                 # Back to ignoring SIGINT, keeping the cell's handler for the next cell. An
                 # interrupt landing right here ends the cell anyway: retry until it sticks.
@@ -297,9 +421,13 @@ def _driver():
                 except (OSError, termios.error):
                     pass
 
-        result = "null"
+        result, outputs = "null", "[]"
         after = g.get("result", MISSING)
-        if after is not MISSING and (after is not before or (co is not None and assigns_result(co))):
+        bound = after is not MISSING and (
+            after is not before
+            or (co is not None and assigns_result(co))
+            or (last is not None and assigns_result(last)))
+        if bound:
             try:
                 result = strict_dumps(after)
             except BaseException:
@@ -308,30 +436,46 @@ def _driver():
                 except BaseException:
                     result = dumps("<%s object>" % type(after).__name__)
                 warnings.append("result is not JSON-serialisable; returned its repr")
+        elif value is not MISSING and value is not None and status == "ok":
+            # The last expression's value, as the REPL shows it: JSON where it can be, else
+            # its repr; and always its repr as a text/plain output (Jupyter's execute_result).
+            g["_"] = value
+            text = value_text(value)
+            try:
+                result = strict_dumps(value)
+            except BaseException:
+                result = dumps(text)
+            outputs = dumps([{"type": "execute_result", "mime": "text/plain", "data": text}])
 
         flush_streams()
         if os.getpid() != driver_pid:
             # A process the cell forked (os.fork without exec) reached the end of the cell:
             # it ends here, as if the cell were its whole program; only the driver reports.
             os._exit(0 if status == "ok" else (exit_code or 1) & 0xFF)
+        # The response waits for a tool call another thread has in progress (the host answers
+        # it, or cancels it when it interrupts the cell); later calls raise at once.
+        with tool_lock:
+            tool_state[0] = 0
         marker = b"\x1esandpit-end:" + nonce + b"\x1e"
         for fd in (1, 2):
             try:
                 write_all(fd, marker)
             except OSError:
                 pass  # the code closed it; the host gives up waiting for this marker
-        response = '{"id":%d,"nonce":"%s","status":"%s","exit_code":%d,"result":%s,"exception":%s,"warnings":%s}\n' % (
-            cid, nonce.decode(), status, exit_code, result, dumps(exception), dumps(warnings))
+        response = '{"id":%d,"nonce":"%s","status":"%s","exit_code":%d,"result":%s,"exception":%s,"warnings":%s,"outputs":%s}\n' % (
+            cid, nonce.decode(), status, exit_code, result, dumps(exception), dumps(warnings), outputs)
         write_all(response_fd, response.encode("utf-8", "replace"))
         keep_sources()
 
     write_all(response_fd, ('{"ready":true,"language":"python","version":"%s","pid":%d}\n'
-                  % (sys.version.split()[0], os.getpid())).encode())
+                           % (sys.version.split()[0], os.getpid())).encode())
 
     while True:
         header = requests.readline()
         if not header:
             break
+        if header.startswith(b"{"):
+            continue  # the answer to a tool call an interrupt abandoned
         try:
             cid, nonce, interactive, plen, clen = header.split()
             cid, plen, clen = int(cid), int(plen), int(clen)

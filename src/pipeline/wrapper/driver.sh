@@ -1,4 +1,4 @@
-__sp_cell() { __sp_in_cell=1; builtin trap "$__sp_on_int" INT; builtin trap "$__sp_on_err" ERR; builtin set -E$__sp_flags; builtin eval "$__sp_code"; { __sp_st=$?; [[ -n $__sp_f ]] || __sp_f=$-; builtin set +exv; } 2>/dev/null; builtin eval "$__sp_save"; builtin return $__sp_st; }
+__sp_cell() { __sp_in_cell=1; builtin trap "$__sp_on_int" INT; builtin trap "$__sp_on_err" ERR; builtin set -E$__sp_flags; __sp_ret $__sp_prev && :; builtin eval "$__sp_code"; { __sp_st=$?; [[ -n $__sp_f ]] || __sp_f=$-; builtin set +exv; } 2>/dev/null; builtin eval "$__sp_save"; builtin return $__sp_st; }
 # ^ __sp_cell runs one cell (see "How a cell runs" below). It sits on line 1 because bash
 #   numbers the lines of an eval from the line of the eval: on line 1, error messages give
 #   the cell's own line numbers ("environment: eval: line 2: syntax error ...").
@@ -27,6 +27,11 @@ __sp_cell() { __sp_in_cell=1; builtin trap "$__sp_on_int" INT; builtin trap "$__
 #      status "error" when the cell's exit status ($?) is non-zero; "interrupted" (130)
 #      after SIGINT.
 #   4. EOF on fd 3: exit 0.
+#   5. Host tools (see "Tool calls" in src/pipeline/wrapper/mod.rs): while a cell runs,
+#      `sandpit-tool NAME '{json}'` writes {"tool_call":{"id":N,"cell":ID,"name":...,
+#      "arguments":...}} as one line on the response channel and reads the request channel
+#      until {"tool_result":{"id":N,...}}.  A line that starts with "{" where a header is
+#      expected is a late answer: skipped.
 #
 # How a cell runs
 #   - Inside the function __sp_cell (line 1), so that an interrupt can end it: the INT trap returns
@@ -50,6 +55,29 @@ __sp_cell() { __sp_in_cell=1; builtin trap "$__sp_on_int" INT; builtin trap "$__
 #   - Between cells SIGINT is ignored and the driver's own commands run with -e -u -x -v
 #     off; each cell gets the user's options back.
 #   - Bash strings cannot hold NUL bytes: a NUL in the code or prelude is dropped.
+#   - `$?` at the start of a cell is the previous cell's exit status, as at a shell prompt
+#     (set by `__sp_ret` in a && list, which neither the ERR trap nor set -e act on; under
+#     the user's `set -x` it shows as two trace lines).
+#
+# Host tools in bash
+#   - `sandpit-tool NAME [JSON | -]` (a function of this shell): prints the tool's result as
+#     JSON on stdout and returns 0, or prints the error on stderr and returns 1 (2: usage).
+#     `-` reads the arguments from stdin.  `sandpit-tool --list` names the tools,
+#     `sandpit-tool --describe` prints them as JSON.
+#   - The channel: while __sp_cell runs with `3<&- 4>&-`, bash keeps the driver's fds 3 and 4
+#     as its saved copies on fds 10 and 11 (the lowest free at or above 10, closed-on-exec;
+#     10 and 11 are closed at start so that they are free).  The shell and its subshells
+#     (pipelines, $(...), ( ), & within the cell) reach them; programs the cell executes do
+#     not, so the channel never leaves this shell.
+#   - Callers are serialized by a lock file ($TMPDIR/.sandpit-tool-lock.$$, made with
+#     noclobber, holding the caller's pid).  At the end of a cell the driver waits for a call
+#     in progress (the host answers it, or cancels it when it interrupts the cell) before it
+#     responds.
+#   - A call checks that its cell is still the running one ($TMPDIR/.sandpit-tool-cell.$$,
+#     written in place at the start and the end of each cell), so that a background job left
+#     by an earlier cell never reads the request channel between cells.  The file is kept
+#     from the first cell whose code names sandpit-tool (or may run code it cannot see:
+#     source, eval, `. `); before that there is none, and a call does not check.
 
 # Trap texts. The first way out of a cell records the shell options in __sp_f, and each
 # turns off -e -x -v (silently: its xtrace goes to /dev/null). __sp_save writes the cell's
@@ -97,12 +125,99 @@ __sp_read() {
     done
 }
 
+__sp_ret() { return "$1"; }
+__sp_prev=0 # the last cell's exit status: $? when the next cell starts
+
+__sp_tool_lock="${TMPDIR:-/tmp}/.sandpit-tool-lock.$$"
+__sp_tool_cell="${TMPDIR:-/tmp}/.sandpit-tool-cell.$$"
+__sp_tool_seq=0
+__sp_tool_track=
+# (Not `builtin exec`: its redirections would only last for the builtin.)
+exec 10<&- 11>&-
+
+sandpit-tool() {
+    local name="${1-}" args="${2-}" line id cur owner prefix had_c=
+    [[ $- == *C* ]] && had_c=1
+    case $name in
+    --list)
+        local IFS=,
+        builtin printf '%s\n' ${SANDPIT_TOOLS-}
+        return 0
+        ;;
+    --describe)
+        builtin printf '%s\n' "${SANDPIT_TOOLS_INFO:-[]}"
+        return 0
+        ;;
+    esac
+    if [[ $# -lt 1 || $# -gt 2 || ! $name =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]]; then
+        builtin printf 'usage: sandpit-tool NAME [JSON | -]   (sandpit-tool --list names the tools)\n' >&2
+        return 2
+    fi
+    if [[ $args == - ]]; then
+        IFS= builtin read -r -d '' args || :
+    fi
+    args=${args//$'\n'/ }
+    args=${args//$'\r'/ }
+    [[ -n ${args//[[:space:]]/} ]] || args='{}'
+    # One call at a time (subshells of the cell share the channel).
+    until { builtin set -C && builtin printf '%s\n' "$BASHPID" >"$__sp_tool_lock"; } 2>/dev/null; do
+        [[ -n $had_c ]] || builtin set +C
+        owner=
+        IFS= builtin read -r owner <"$__sp_tool_lock" 2>/dev/null || :
+        if [[ -n $owner ]] && ! builtin kill -0 "$owner" 2>/dev/null; then
+            command -p rm -f -- "$__sp_tool_lock"
+        else
+            command -p sleep 0.01
+        fi
+    done
+    [[ -n $had_c ]] || builtin set +C
+    cur=$__sp_id
+    if [[ -e $__sp_tool_cell ]]; then
+        builtin read -r cur <"$__sp_tool_cell" 2>/dev/null || :
+    fi
+    if [[ $cur != "$__sp_id" ]] || ! { : >&11; } 2>/dev/null; then
+        command -p rm -f -- "$__sp_tool_lock"
+        builtin printf 'sandpit-tool: host tools can only be called while a cell runs\n' >&2
+        return 1
+    fi
+    id=$((BASHPID * 1000000 + ++__sp_tool_seq))
+    builtin printf '{"tool_call":{"id":%s,"cell":%s,"name":"%s","arguments":%s}}\n' "$id" "$__sp_id" "$name" "$args" >&11
+    prefix="{\"tool_result\":{\"id\":$id,"
+    line=
+    while IFS= builtin read -r -u 10 line; do
+        [[ $line == "$prefix"* ]] && break
+        line=
+    done
+    command -p rm -f -- "$__sp_tool_lock"
+    line=${line#"$prefix"}
+    if [[ $line == '"ok":true,"result":'* ]]; then
+        line=${line#'"ok":true,"result":'}
+        builtin printf '%s\n' "${line%'}}'}"
+        return 0
+    fi
+    line=${line#'"ok":false,"cancelled":true,'}
+    line=${line/#'"error":'/'"ok":false,"error":'}
+    if [[ $line == '"ok":false,"error":'* ]]; then
+        line=${line#'"ok":false,"error":"'}
+        line=${line%'"}}'}
+        line=${line//'\"'/'"'}
+        line=${line//'\n'/$'\n'}
+        line=${line//'\\'/'\'}
+        builtin printf 'sandpit-tool: %s: %s\n' "$name" "$line" >&2
+    else
+        builtin printf 'sandpit-tool: %s: no answer from the host\n' "$name" >&2
+    fi
+    return 1
+}
+
 builtin trap '' INT
 builtin set -E
 builtin printf '{"ready":true,"language":"bash","version":"%s","pid":%d}\n' "${BASH_VERSION%%[^0-9.]*}" "$$" >&4
 
 while :; do
     IFS=' ' builtin read -r -u 3 __sp_id __sp_nonce __sp_inter __sp_plen __sp_clen || break
+    # A late answer to a tool call an interrupt abandoned.
+    [[ $__sp_id == '{'* ]] && continue
     __sp_prelude= __sp_code=
     if ((__sp_plen > 0)); then
         __sp_read "$__sp_plen" || break
@@ -121,10 +236,19 @@ while :; do
     if [[ -n $__sp_prelude ]]; then
         builtin eval "$__sp_prelude" 3<&- 4>&-
     fi
+    if [[ -z $__sp_tool_track ]] && [[ $__sp_code == *sandpit-tool* || $__sp_code == *source* ||
+        $__sp_code == *eval* || $__sp_code == *". "* ]]; then
+        __sp_tool_track=1
+    fi
+    if [[ -n $__sp_tool_track ]]; then
+        # In place and fixed width: truncating a file may cost a disk flush every cell.
+        { builtin printf '%-20s\n' "$__sp_id" 1<>"$__sp_tool_cell"; } 2>/dev/null
+    fi
+    # 3 and 4 first: bash keeps their saved copies on fds 10 and 11 (see "Host tools").
     if [[ $__sp_inter == 1 ]]; then
         __sp_cell 3<&- 4>&-
     else
-        __sp_cell </dev/null 3<&- 4>&-
+        __sp_cell 3<&- 4>&- </dev/null
     fi
     # Back in the driver. Options and xtrace are already off on every way out of __sp_cell
     # but a `return` in the cell's code; -u goes off here.
@@ -133,6 +257,19 @@ while :; do
     builtin set +u
     builtin trap '' INT
     builtin trap - DEBUG ERR
+    # No tool call from now on; wait for one in progress (the host answers or cancels it).
+    if [[ -n $__sp_tool_track ]]; then
+        { builtin printf '%-20s\n' - 1<>"$__sp_tool_cell"; } 2>/dev/null
+    fi
+    while [[ -e $__sp_tool_lock ]]; do
+        __sp_owner=
+        IFS= builtin read -r __sp_owner <"$__sp_tool_lock" 2>/dev/null || :
+        if [[ $__sp_owner == "$$" ]] || { [[ -n $__sp_owner ]] && ! builtin kill -0 "$__sp_owner" 2>/dev/null; }; then
+            command -p rm -f -- "$__sp_tool_lock"
+        else
+            command -p sleep 0.01
+        fi
+    done
     if [[ $__sp_inter != 1 && -t 0 ]]; then
         # Read away the ^D the host queued on the terminal for this cell, whose stdin was
         # /dev/null, so that it cannot end a read in a later interactive cell. (Before the
@@ -141,8 +278,9 @@ while :; do
             builtin read -t 0 -u 0 && builtin read -r -t 0.05 -u 0 __sp_junk || break
         done
     fi
+    __sp_prev=$__sp_rc
     if ((__sp_int)); then
-        __sp_status=interrupted __sp_rc=130
+        __sp_status=interrupted __sp_rc=130 __sp_prev=130
     elif ((__sp_rc)); then
         __sp_status=error
     else

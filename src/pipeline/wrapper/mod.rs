@@ -13,7 +13,29 @@
 //! After a cell the driver flushes, writes the end marker `\x1esandpit-end:NONCE\x1e` on stdout
 //! and on stderr, then the response line. The nonce is fresh per execution and sent only on fd 3,
 //! so nothing the code prints can end a cell early: a marker with another nonce is plain output.
+//!
+//! Tool calls (`pipeline::tools`) travel on the same two channels, so they need no new file
+//! descriptor, socket or mount on any backend and stay private to the session:
+//! - while a cell runs, the driver may write `{"tool_call":{"id":N,"cell":C,"name":"...",
+//!   "arguments":{...}}}` as one line on fd 4 (N: unique within the cell; C: the cell's id);
+//! - the host answers each call it reads with exactly one line on fd 3,
+//!   `{"tool_result":{"id":N,"ok":true,"result":...}}` or
+//!   `{"tool_result":{"id":N,"ok":false,"error":"..."}}` (fields in this order: the bash
+//!   driver reads them by prefix). A call an interrupt cancelled is answered half a second
+//!   after the SIGINT, unless the cell has ended by then, as
+//!   `{"tool_result":{"id":N,"ok":false,"cancelled":true,"error":"..."}}`: the signal ends the
+//!   calls the cell's main flow waits on (the JavaScript driver ignores such an answer: its
+//!   SIGINT listener ends the cell); the answer is for a Python thread or a bash background job
+//!   the signal does not end. After the cell's response the host reads no more calls for that
+//!   cell;
+//! - a line on fd 3 that starts with `{` is therefore a tool answer, never a request header:
+//!   a driver that reads one where it expects a header (an answer to a call the interrupt
+//!   abandoned) skips it.
+//!
+//! The host validates every call (`pipeline::tools::ToolScope::begin`); a line it cannot read
+//! as a call but whose id it can find is answered with an error, so no caller waits forever.
 
+use crate::pipeline::tools::ToolCall;
 use crate::types::{ExceptionInfo, Language};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -135,11 +157,129 @@ pub struct CellResponse {
     pub exception: Option<ExceptionInfo>,
     #[serde(default)]
     pub warnings: Vec<String>,
+    /// Rich outputs (the value of a last expression).
+    #[serde(default)]
+    pub outputs: Vec<crate::types::Output>,
+}
+
+/// How every tool call line starts (the drivers write exactly this).
+pub const TOOL_CALL_PREFIX: &[u8] = b"{\"tool_call\":";
+
+/// Whether a line of the response channel is (or claims to be) a tool call.
+pub fn is_tool_call(line: &[u8]) -> bool {
+    line.starts_with(TOOL_CALL_PREFIX)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ToolCallLine {
+    tool_call: ToolCallWire,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ToolCallWire {
+    id: u64,
+    #[serde(default)]
+    cell: u64,
+    name: String,
+    #[serde(default)]
+    arguments: serde_json::Value,
+}
+
+/// A tool call line as the host reads it: the call, or why it is not one (with the id and
+/// cell found at its start, when they can be, so the caller gets an answer).
+pub fn parse_tool_call(line: &[u8]) -> Result<ToolCall, (Option<(u64, u64)>, String)> {
+    match serde_json::from_slice::<ToolCallLine>(line) {
+        Ok(l) => Ok(ToolCall {
+            id: l.tool_call.id,
+            cell: l.tool_call.cell,
+            name: l.tool_call.name,
+            arguments: l.tool_call.arguments,
+            request_bytes: line.len() as u64,
+        }),
+        Err(e) => Err((tool_call_ids(line), e.to_string())),
+    }
+}
+
+/// The id and cell at the start of a tool call line the drivers wrote
+/// (`{"tool_call":{"id":N,"cell":C,`), read without parsing the rest (which may be too large
+/// or not JSON).
+pub fn tool_call_ids(head: &[u8]) -> Option<(u64, u64)> {
+    let rest = head
+        .strip_prefix(TOOL_CALL_PREFIX)?
+        .strip_prefix(b"{\"id\":")?;
+    let digits = |b: &[u8]| -> Option<(u64, usize)> {
+        let n = b.iter().take_while(|c| c.is_ascii_digit()).count();
+        let v = std::str::from_utf8(&b[..n]).ok()?.parse().ok()?;
+        Some((v, n))
+    };
+    let (id, n) = digits(rest)?;
+    let cell = rest[n..]
+        .strip_prefix(b",\"cell\":")
+        .and_then(digits)
+        .map_or(0, |(c, _)| c);
+    Some((id, cell))
+}
+
+/// The host's answer to a call an interrupt cancelled (see "Tool calls" above).
+pub fn encode_tool_cancelled(id: u64, why: &str) -> Vec<u8> {
+    format!(
+        "{{\"tool_result\":{{\"id\":{id},\"ok\":false,\"cancelled\":true,\"error\":{}}}}}\n",
+        serde_json::Value::String(why.to_string())
+    )
+    .into_bytes()
+}
+
+/// The host's answer to call `id`, one line for fd 3.
+pub fn encode_tool_result(id: u64, answer: &Result<serde_json::Value, String>) -> Vec<u8> {
+    let line = match answer {
+        Ok(v) => format!("{{\"tool_result\":{{\"id\":{id},\"ok\":true,\"result\":{v}}}}}\n"),
+        Err(e) => format!(
+            "{{\"tool_result\":{{\"id\":{id},\"ok\":false,\"error\":{}}}}}\n",
+            serde_json::Value::String(e.clone())
+        ),
+    };
+    line.into_bytes()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tool_lines_round_trip() {
+        let line = br#"{"tool_call":{"id":3,"cell":7,"name":"search","arguments":{"q":"x"}}}"#;
+        assert!(is_tool_call(line));
+        let c = parse_tool_call(line).unwrap();
+        assert_eq!((c.id, c.cell, c.name.as_str()), (3, 7, "search"));
+        assert_eq!(c.arguments, serde_json::json!({"q": "x"}));
+        assert_eq!(c.request_bytes, line.len() as u64);
+        // Not JSON after a well-formed start (bash splices the arguments as given): the ids
+        // are still found, so the caller gets an error rather than waiting.
+        let bad = br#"{"tool_call":{"id":12,"cell":7,"name":"search","arguments":{oops}}"#;
+        let (ids, why) = parse_tool_call(bad).unwrap_err();
+        assert_eq!(ids, Some((12, 7)));
+        assert!(!why.is_empty());
+        assert_eq!(tool_call_ids(br#"{"tool_call":{"name":"x"}}"#), None);
+        assert!(parse_tool_call(br#"{"tool_call":{"id":1,"name":"x","extra":1}}"#).is_err());
+        // Answers: one line, fields in the order the bash driver reads them.
+        let ok = encode_tool_result(3, &Ok(serde_json::json!({"a": "b\nc"})));
+        assert_eq!(
+            ok,
+            b"{\"tool_result\":{\"id\":3,\"ok\":true,\"result\":{\"a\":\"b\\nc\"}}}\n"
+        );
+        let err = encode_tool_result(4, &Err("no \"such\" tool\n".into()));
+        assert_eq!(
+            err,
+            b"{\"tool_result\":{\"id\":4,\"ok\":false,\"error\":\"no \\\"such\\\" tool\\n\"}}\n"
+        );
+        assert_eq!(err.iter().filter(|&&b| b == b'\n').count(), 1);
+        assert_eq!(
+            encode_tool_cancelled(5, "interrupted"),
+            b"{\"tool_result\":{\"id\":5,\"ok\":false,\"cancelled\":true,\"error\":\"interrupted\"}}\n"
+        );
+    }
 
     #[test]
     fn frame_lengths_are_bytes() {

@@ -3,23 +3,13 @@
 //! in the [`guard`] middleware, which also logs one line per request.
 
 use super::errors::ApiError;
+use super::users::Authed;
 use super::AppState;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use std::time::Instant;
-
-/// Compares two byte strings in time independent of where they differ.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    let mut diff = u8::from(a.len() != b.len());
-    for i in 0..a.len().max(b.len()) {
-        let x = a.get(i).copied().unwrap_or(0);
-        let y = b.get(i).copied().unwrap_or(0);
-        diff |= x ^ y;
-    }
-    diff == 0
-}
 
 impl AppState {
     fn host_ok(&self, host: &str) -> bool {
@@ -63,10 +53,11 @@ impl AppState {
         Ok(())
     }
 
-    fn check_token(&self, headers: &HeaderMap) -> Result<(), ApiError> {
-        let Some(token) = &self.token else {
-            return Ok(());
-        };
+    /// The bearer-token check: who the request comes from under per-user tokens.
+    fn check_token(&self, headers: &HeaderMap) -> Result<Authed, ApiError> {
+        if self.token.is_none() && self.users.is_none() {
+            return Ok(Authed(None));
+        }
         let given = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
@@ -75,13 +66,23 @@ impl AppState {
                     .or_else(|| v.strip_prefix("bearer "))
             })
             .map(str::trim);
-        match given {
-            Some(g) if constant_time_eq(g.as_bytes(), token.as_bytes()) => Ok(()),
+        if let (Some(users), Some(g)) = (&self.users, given) {
+            if let Some(user) = users.user_of(g) {
+                return Ok(Authed(Some(user.to_string())));
+            }
+        }
+        match (&self.token, given) {
+            (Some(token), Some(g))
+                if crate::util::constant_time_eq(g.as_bytes(), token.as_bytes()) =>
+            {
+                Ok(Authed(None))
+            }
             _ => Err(ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "UNAUTHORIZED",
                 "a valid bearer token is required: send `Authorization: Bearer <token>` \
-                 (the token the server was started with, --token or SANDPIT_TOKEN)",
+                 (the token the server was started with, --token or SANDPIT_TOKEN, or \
+                 your own from its --tokens file)",
             )),
         }
     }
@@ -109,13 +110,17 @@ pub(super) async fn guard(State(state): State<AppState>, req: Request, next: Nex
     let path = req.uri().path().to_string();
     let checked = state.check_host_origin(req.headers()).and_then(|()| {
         if path == "/healthz" {
-            Ok(())
+            Ok(Authed(None))
         } else {
             state.check_token(req.headers())
         }
     });
+    let mut req = req;
     let response = match checked {
-        Ok(()) => next.run(req).await,
+        Ok(authed) => {
+            req.extensions_mut().insert(authed);
+            next.run(req).await
+        }
         Err(e) => e.into_response(),
     };
     tracing::info!(
@@ -131,14 +136,6 @@ pub(super) async fn guard(State(state): State<AppState>, req: Request, next: Nex
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn constant_time_eq_works() {
-        assert!(constant_time_eq(b"secret", b"secret"));
-        assert!(!constant_time_eq(b"secret", b"secreT"));
-        assert!(!constant_time_eq(b"secret", b"secret2"));
-        assert!(!constant_time_eq(b"", b"x"));
-    }
 
     #[test]
     fn strip_port_handles_v4_v6_and_names() {

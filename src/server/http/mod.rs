@@ -1,10 +1,13 @@
 //! `sandpit serve`: the HTTP API (`interface.md` §5).
 //!
 //! Routes: `POST /v1/execute` (JSON, or a server-sent event stream with
-//! `Accept: text/event-stream`), `GET /v1/sessions`, `DELETE /v1/sessions/{id}`, `GET /healthz`,
+//! `Accept: text/event-stream`), `GET /v1/sessions`, `DELETE /v1/sessions/{id}`,
+//! `GET /v1/approvals`, `POST /v1/approvals/{id}`, `GET /v1/tool_calls`,
+//! `POST /v1/tool_calls/{call_id}` (the application's answers to `http` tools), `GET /healthz`,
 //! `GET /metrics` (Prometheus text), `GET /openapi.json`. Every error is JSON
 //! `{error: {code, message}}`. Every request passes the Host/Origin check (against DNS
-//! rebinding) and, when a token is set, the bearer-token check (all routes but `/healthz`).
+//! rebinding) and, when a token is set, the bearer-token check (all routes but `/healthz`);
+//! with per-user tokens (`--tokens FILE`, `users`) the token decides the request's user.
 //!
 //! - `routes`: the handlers and the router;
 //! - `sse`: an execution streamed as server-sent events;
@@ -17,15 +20,21 @@
 
 mod auth;
 mod errors;
+mod files;
 mod openapi;
 mod routes;
 mod sse;
+mod users;
+
+pub use users::TokenTable;
 
 pub use errors::{ErrorBody, ErrorDetail};
-pub use routes::{ApprovalList, Health, Killed, Resolved, SessionList};
+pub use files::{FileList, Upload, Written};
+pub use routes::{ApprovalList, Health, Killed, Resolved, SessionList, ToolCallList};
 
 use crate::error::Error;
 use crate::pipeline::approval::PendingApprovals;
+use crate::pipeline::tools::PendingToolCalls;
 use crate::server::metrics::Metrics;
 use crate::session::manager::SessionManager;
 use auth::strip_port;
@@ -56,12 +65,16 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 struct AppState {
     manager: Arc<SessionManager>,
     token: Option<Arc<str>>,
+    /// Per-user tokens (`--tokens FILE`): the token decides the user.
+    users: Option<Arc<TokenTable>>,
     /// Accepted `Host` values (lowercase, `host:port`), or for a Unix socket bare host names.
     hosts: Arc<Vec<String>>,
     unix: bool,
     metrics: Arc<Metrics>,
     /// Executions waiting for an operator's decision (`approval.mode` `auto` or `ask`).
     approvals: Arc<PendingApprovals>,
+    /// Calls of `http` tools waiting for the application's answer.
+    tool_calls: Arc<PendingToolCalls>,
 }
 
 async fn shutdown_signal() -> crate::Result<()> {
@@ -125,8 +138,10 @@ pub async fn serve(
     manager: Arc<SessionManager>,
     listen: Listen,
     token: Option<String>,
+    users: Option<TokenTable>,
 ) -> crate::Result<()> {
     let token: Option<Arc<str>> = token.filter(|t| !t.trim().is_empty()).map(Into::into);
+    let users = users.map(Arc::new);
     let metrics = Arc::new(Metrics::default());
     match listen {
         Listen::Tcp(addr) => {
@@ -136,7 +151,7 @@ pub async fn serve(
             let local: SocketAddr = listener
                 .local_addr()
                 .map_err(|e| Error::io(format!("listening on {addr}"), e))?;
-            if !local.ip().is_loopback() && token.is_none() {
+            if !local.ip().is_loopback() && token.is_none() && users.is_none() {
                 return Err(Error::Config(format!(
                     "refusing to listen on {addr} (not loopback) without a bearer token: \
                      pass --token TOKEN or set SANDPIT_TOKEN, or listen on 127.0.0.1"
@@ -163,15 +178,17 @@ pub async fn serve(
             let state = AppState {
                 manager,
                 token,
+                users,
                 hosts: Arc::new(hosts),
                 unix: false,
                 metrics,
                 approvals: Arc::new(PendingApprovals::new()),
+                tool_calls: Arc::new(PendingToolCalls::new()),
             };
             eprintln!("sandpit: listening on http://{local}");
             run(listener, router(state)).await
         }
-        Listen::Unix(path) => serve_unix(manager, path, token, metrics).await,
+        Listen::Unix(path) => serve_unix(manager, path, token, users, metrics).await,
     }
 }
 
@@ -180,6 +197,7 @@ async fn serve_unix(
     manager: Arc<SessionManager>,
     path: PathBuf,
     token: Option<Arc<str>>,
+    users: Option<Arc<TokenTable>>,
     metrics: Arc<Metrics>,
 ) -> crate::Result<()> {
     use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -202,10 +220,12 @@ async fn serve_unix(
     let state = AppState {
         manager,
         token,
+        users,
         hosts: Arc::new(loopback_hosts(None)),
         unix: true,
         metrics,
         approvals: Arc::new(PendingApprovals::new()),
+        tool_calls: Arc::new(PendingToolCalls::new()),
     };
     eprintln!("sandpit: listening on unix:{}", path.display());
     let outcome = run(listener, router(state)).await;
@@ -218,6 +238,7 @@ async fn serve_unix(
     _manager: Arc<SessionManager>,
     path: PathBuf,
     _token: Option<Arc<str>>,
+    _users: Option<Arc<TokenTable>>,
     _metrics: Arc<Metrics>,
 ) -> crate::Result<()> {
     Err(Error::Config(format!(
@@ -232,8 +253,15 @@ fn router(state: AppState) -> Router {
         .route("/v1/execute", post(routes::execute))
         .route("/v1/sessions", get(routes::list_sessions))
         .route("/v1/sessions/{id}", delete(routes::kill_session))
+        .route("/v1/sessions/{id}/files", get(files::list_files))
+        .route(
+            "/v1/sessions/{id}/files/{*path}",
+            get(files::read_file).put(files::write_file),
+        )
         .route("/v1/approvals", get(routes::list_approvals))
         .route("/v1/approvals/{id}", post(routes::decide_approval))
+        .route("/v1/tool_calls", get(routes::list_tool_calls))
+        .route("/v1/tool_calls/{id}", post(routes::answer_tool_call))
         .route("/healthz", get(routes::healthz))
         .route("/metrics", get(routes::metrics))
         .route("/openapi.json", get(openapi::openapi_json))

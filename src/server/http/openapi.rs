@@ -2,16 +2,21 @@
 //! route with its responses, the wire types, and the bearer-token security scheme.
 
 use super::errors::{ErrorBody, ErrorDetail};
+use super::files::{
+    __path_list_files, __path_read_file, __path_write_file, FileList, Upload, Written,
+};
 // utoipa finds a handler by the `__path_<name>` item its attribute generates; naming the handlers
 // bare (not `routes::execute`) keeps the document as it was, without a `routes` tag.
 use super::routes::{
-    __path_decide_approval, __path_execute, __path_healthz, __path_kill_session,
-    __path_list_approvals, __path_list_sessions, __path_metrics, ApprovalList, Health, Killed,
-    Resolved, SessionList,
+    __path_answer_tool_call, __path_decide_approval, __path_execute, __path_healthz,
+    __path_kill_session, __path_list_approvals, __path_list_sessions, __path_list_tool_calls,
+    __path_metrics, ApprovalList, Health, Killed, Resolved, SessionList, ToolCallList,
 };
-use crate::pipeline::approval::{ApprovalRequest, Decision};
+use crate::pipeline::approval::{ApprovalKind, ApprovalRequest, Decision};
+use crate::pipeline::tools::{ToolAnswer, ToolCallEvent};
 use crate::session::manager::SessionInfo;
 use crate::types::{ExecRequest, ExecResult};
+use crate::types::{ToolCallStatus, ToolCallSummary};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use utoipa::OpenApi;
@@ -26,22 +31,38 @@ use utoipa::OpenApi;
         execute,
         list_sessions,
         kill_session,
+        list_files,
+        read_file,
+        write_file,
         list_approvals,
         decide_approval,
+        list_tool_calls,
+        answer_tool_call,
         healthz,
         metrics,
         openapi_json
     ),
     components(schemas(
         ApprovalList,
+        ApprovalKind,
         ApprovalRequest,
         Decision,
+        ToolCallList,
+        ToolCallEvent,
+        ToolAnswer,
+        ToolCallSummary,
+        ToolCallStatus,
         Resolved,
         ExecRequest,
         ExecResult,
         SessionInfo,
         SessionList,
         Killed,
+        FileList,
+        crate::session::files::FileEntry,
+        Upload,
+        Written,
+        crate::types::OutputFile,
         Health,
         ErrorBody,
         ErrorDetail

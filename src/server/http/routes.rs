@@ -1,17 +1,20 @@
 //! The routes of the HTTP API and their handlers: `POST /v1/execute` (JSON; the event stream
 //! is in [`super::sse`]), `GET /v1/sessions`, `DELETE /v1/sessions/{id}`, `GET /v1/approvals`,
-//! `POST /v1/approvals/{id}`, `GET /healthz`, `GET /metrics`, and `GET /openapi.json` (in
+//! `POST /v1/approvals/{id}`, `GET /v1/tool_calls`, `POST /v1/tool_calls/{call_id}`,
+//! `GET /healthz`, `GET /metrics`, and `GET /openapi.json` (in
 //! [`super::openapi`]; `super::router` puts them all behind the guard).
 
 use super::errors::{ApiError, ErrorBody, JsonBody};
 use super::sse::{execute_sse, wants_sse};
+use super::users::Authed;
 use super::AppState;
 use crate::error::{Error, ErrorCode};
 use crate::pipeline::approval::{ApprovalRequest, Decision};
+use crate::pipeline::tools::{ToolAnswer, ToolCallEvent};
 use crate::session::manager::{SessionInfo, Via};
 use crate::types::{ExecRequest, ExecResult};
 use axum::extract::rejection::{PathRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Extension, Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -57,7 +60,10 @@ fn bad_query(e: QueryRejection) -> Response {
     responses(
         (status = 200, description = "The execution ran (or was blocked by the sandbox pipeline); \
             with `Accept: text/event-stream` a stream of events `execution_start`, \
-            `output_chunk` {stream, data}, `execution_end` {result}, `execution_error` {error}",
+            `output_chunk` {stream, data}, `approval_pending` {approval_id, kind, code, findings}, \
+            `tool_call` {call_id, name, arguments, user, session_id, created_at}, \
+            `tool_notice` {tool, command, user, session_id}, \
+            `execution_end` {result}, `execution_error` {error}",
             body = ExecResult),
         (status = 400, description = "Invalid request", body = ErrorBody),
         (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
@@ -71,9 +77,14 @@ fn bad_query(e: QueryRejection) -> Response {
 )]
 pub(super) async fn execute(
     State(state): State<AppState>,
+    Extension(authed): Extension<Authed>,
     headers: HeaderMap,
-    JsonBody(req): JsonBody<ExecRequest>,
+    JsonBody(mut req): JsonBody<ExecRequest>,
 ) -> Response {
+    req.user = match authed.user(Some(&req.user)) {
+        Ok(u) => u,
+        Err(e) => return ApiError::from_error(&e).into_response(),
+    };
     if wants_sse(&headers) {
         return execute_sse(state, req).into_response();
     }
@@ -82,6 +93,7 @@ pub(super) async fn execute(
         approver: Some(state.approvals.clone()),
         cancel: None,
         workspace: None,
+        tools: Some(state.tool_calls.clone()),
     };
     let result = state.manager.execute_via(req, None, via).await;
     state.metrics.record(&result);
@@ -103,10 +115,14 @@ pub(super) async fn execute(
 )]
 pub(super) async fn list_sessions(
     State(state): State<AppState>,
+    Extension(authed): Extension<Authed>,
     q: Result<Query<UserQuery>, QueryRejection>,
 ) -> Response {
     let user = match q {
-        Ok(Query(q)) => q.user.unwrap_or_else(|| "default".into()),
+        Ok(Query(q)) => match authed.user(q.user.as_deref()) {
+            Ok(u) => u,
+            Err(e) => return ApiError::from_error(&e).into_response(),
+        },
         Err(e) => return bad_query(e),
     };
     let sessions = state.manager.list(&user).await;
@@ -130,11 +146,15 @@ pub(super) async fn list_sessions(
 )]
 pub(super) async fn kill_session(
     State(state): State<AppState>,
+    Extension(authed): Extension<Authed>,
     id: Result<Path<String>, PathRejection>,
     q: Result<Query<UserQuery>, QueryRejection>,
 ) -> Response {
     let user = match q {
-        Ok(Query(q)) => q.user.unwrap_or_else(|| "default".into()),
+        Ok(Query(q)) => match authed.user(q.user.as_deref()) {
+            Ok(u) => u,
+            Err(e) => return ApiError::from_error(&e).into_response(),
+        },
         Err(e) => return bad_query(e),
     };
     let id = match id {
@@ -179,10 +199,18 @@ pub struct Resolved {
         (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
     )
 )]
-pub(super) async fn list_approvals(State(state): State<AppState>) -> Json<ApprovalList> {
-    Json(ApprovalList {
-        approvals: state.approvals.list(),
-    })
+pub(super) async fn list_approvals(
+    State(state): State<AppState>,
+    Extension(authed): Extension<Authed>,
+) -> Json<ApprovalList> {
+    // Under per-user tokens each user sees only the approvals of their own executions.
+    let approvals = state
+        .approvals
+        .list()
+        .into_iter()
+        .filter(|a| authed.0.as_ref().map_or(true, |me| &a.user == me))
+        .collect();
+    Json(ApprovalList { approvals })
 }
 
 /// Decides a pending approval: `{"decision": "approve"}`, `{"decision":
@@ -201,6 +229,7 @@ pub(super) async fn list_approvals(State(state): State<AppState>) -> Json<Approv
 )]
 pub(super) async fn decide_approval(
     State(state): State<AppState>,
+    Extension(authed): Extension<Authed>,
     id: Result<Path<String>, PathRejection>,
     JsonBody(decision): JsonBody<Decision>,
 ) -> Response {
@@ -211,13 +240,106 @@ pub(super) async fn decide_approval(
         )
         .into_response();
     };
-    if state.approvals.resolve(&id, decision) {
+    // Under per-user tokens, another user's approval is as good as absent.
+    let mine = authed.0.as_ref().map_or(true, |me| {
+        state
+            .approvals
+            .list()
+            .iter()
+            .any(|a| a.id == id && &a.user == me)
+    });
+    if mine && state.approvals.resolve(&id, decision) {
         Json(Resolved { resolved: true }).into_response()
     } else {
         ApiError::new(
             StatusCode::NOT_FOUND,
             "NOT_FOUND",
             format!("no pending approval {id:?}: it was decided, withdrawn or timed out; GET /v1/approvals lists the pending ones"),
+        )
+        .into_response()
+    }
+}
+
+/// `GET /v1/tool_calls`: `{tool_calls: [...]}`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ToolCallList {
+    pub tool_calls: Vec<ToolCallEvent>,
+}
+
+/// Calls of `http` tools waiting for the application's answer, oldest first (a streaming
+/// execute also announces each as a `tool_call` event).
+#[utoipa::path(
+    get,
+    path = "/v1/tool_calls",
+    responses(
+        (status = 200, description = "Pending tool calls", body = ToolCallList),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+    )
+)]
+pub(super) async fn list_tool_calls(
+    State(state): State<AppState>,
+    Extension(authed): Extension<Authed>,
+) -> Json<ToolCallList> {
+    // Under per-user tokens each user sees only the calls of their own executions.
+    let tool_calls = state
+        .tool_calls
+        .list()
+        .into_iter()
+        .filter(|c| authed.0.as_ref().map_or(true, |me| &c.user == me))
+        .collect();
+    Json(ToolCallList { tool_calls })
+}
+
+/// Answers a pending call of an `http` tool: `{"result": <any JSON>}` or `{"error": "..."}`.
+/// The code gets the result (redacted), or the error as an exception; no answer within the
+/// tool's `timeout_ms` is a denial.
+#[utoipa::path(
+    post,
+    path = "/v1/tool_calls/{call_id}",
+    params(("call_id" = String, Path, description = "the call's id, from the tool_call event or GET /v1/tool_calls")),
+    request_body = ToolAnswer,
+    responses(
+        (status = 200, description = "Answered", body = Resolved),
+        (status = 400, description = "Invalid answer", body = ErrorBody),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 404, description = "No such pending call (answered, timed out, or its cell ended)", body = ErrorBody),
+    )
+)]
+pub(super) async fn answer_tool_call(
+    State(state): State<AppState>,
+    Extension(authed): Extension<Authed>,
+    id: Result<Path<String>, PathRejection>,
+    JsonBody(answer): JsonBody<ToolAnswer>,
+) -> Response {
+    let Ok(Path(id)) = id else {
+        return ApiError::from_code(
+            ErrorCode::InvalidRequest,
+            "invalid request: bad tool call id".into(),
+        )
+        .into_response();
+    };
+    if answer.result.is_some() && answer.error.is_some() {
+        return ApiError::from_code(
+            ErrorCode::InvalidRequest,
+            "invalid request: answer with either result or error, not both".into(),
+        )
+        .into_response();
+    }
+    // Under per-user tokens, another user's call is as good as absent.
+    let mine = authed.0.as_ref().map_or(true, |me| {
+        state
+            .tool_calls
+            .list()
+            .iter()
+            .any(|c| c.call_id == id && &c.user == me)
+    });
+    if mine && state.tool_calls.resolve(&id, answer.into_result()) {
+        Json(Resolved { resolved: true }).into_response()
+    } else {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "NOT_FOUND",
+            format!("no pending tool call {id:?}: it was answered, timed out, or its cell ended; GET /v1/tool_calls lists the pending ones"),
         )
         .into_response()
     }
@@ -236,7 +358,11 @@ pub(super) async fn healthz(State(state): State<AppState>) -> Json<Health> {
 #[utoipa::path(get, path = "/metrics", responses((status = 200, description = "Prometheus text", content_type = "text/plain")))]
 pub(super) async fn metrics(State(state): State<AppState>) -> Response {
     let sessions = state.manager.session_count().await;
-    let text = state.metrics.render(sessions, state.manager.queue_len());
+    let text = state.metrics.render(
+        sessions,
+        state.manager.queue_len(),
+        state.manager.pool_stats(),
+    );
     (
         [(
             header::CONTENT_TYPE,

@@ -1,10 +1,13 @@
 //! `POST /v1/execute` with `Accept: text/event-stream`: one execution as server-sent events,
 //! `execution_start`, `output_chunk` {stream, data} as the output arrives, `approval_pending`
-//! when it waits for an operator, then `execution_end` {result} or `execution_error` {error}.
+//! when it waits for an operator, `tool_call` when the code calls an `http` tool (answer it at
+//! `POST /v1/tool_calls/{call_id}`), `tool_notice` when a `host_exec` command on a notify list
+//! ran, then `execution_end` {result} or `execution_error` {error}.
 //! A client that disconnects interrupts its cell (the session keeps its state).
 
 use super::AppState;
 use crate::pipeline::approval::{ApprovalRequest, Approver, Decision, PendingApprovals};
+use crate::pipeline::tools::{PendingToolCalls, ToolCallEvent, ToolFrontend, ToolNotice};
 use crate::session::manager::Via;
 use crate::session::{OutputEvent, StreamKind};
 use crate::types::ExecRequest;
@@ -72,6 +75,10 @@ pub(super) fn execute_sse(
             })),
             cancel: Some(cancel),
             workspace: None,
+            tools: Some(Arc::new(AnnouncingToolCalls {
+                pending: state.tool_calls.clone(),
+                events: tx.clone(),
+            })),
         };
         let run = state.manager.execute_via(req, Some(otx), via);
         tokio::pin!(run);
@@ -120,6 +127,7 @@ impl Approver for AnnouncingApprover {
     fn decide(&self, request: ApprovalRequest) -> futures_util::future::BoxFuture<'_, Decision> {
         let body = serde_json::json!({
             "approval_id": request.id,
+            "kind": request.kind,
             "code": request.code,
             "findings": request.findings,
         });
@@ -129,5 +137,34 @@ impl Approver for AnnouncingApprover {
                 .data(body.to_string()),
         );
         self.pending.decide(request)
+    }
+}
+
+/// For a streaming execute: each call of an `http` tool is announced as a `tool_call` event
+/// (`{call_id, name, arguments, user, session_id, created_at}`), then waits like
+/// [`PendingToolCalls`] for `POST /v1/tool_calls/{call_id}`; a `host_exec` command on a notify
+/// list is announced as a `tool_notice` event (`{tool, command, user, session_id}`).
+struct AnnouncingToolCalls {
+    pending: Arc<PendingToolCalls>,
+    events: mpsc::UnboundedSender<Event>,
+}
+
+impl ToolFrontend for AnnouncingToolCalls {
+    fn call(
+        &self,
+        event: ToolCallEvent,
+    ) -> futures_util::future::BoxFuture<'_, Result<serde_json::Value, String>> {
+        let body = serde_json::to_string(&event).unwrap_or_default();
+        let _ = self
+            .events
+            .send(Event::default().event("tool_call").data(body));
+        self.pending.call(event)
+    }
+
+    fn notify(&self, notice: &ToolNotice) {
+        let body = serde_json::to_string(notice).unwrap_or_default();
+        let _ = self
+            .events
+            .send(Event::default().event("tool_notice").data(body));
     }
 }

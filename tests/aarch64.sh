@@ -1,0 +1,208 @@
+#!/usr/bin/env bash
+# aarch64 (Raspberry Pi 5) from an x86-64 host: cross-builds sandpit for
+# aarch64-unknown-linux-gnu, runs its unit tests under qemu-user, then the aarch64 binary itself
+# (`--version`, `doctor`, `run`). tests/run-all.sh runs this; it also runs on its own:
+#   bash tests/aarch64.sh
+#
+# Installs what is missing when run as root: Debian's gcc-aarch64-linux-gnu (the linker, and the
+# C compiler for the tree-sitter grammars), libc6-dev-arm64-cross (the target's libc, also the
+# sysroot qemu loads the binary's libraries from) and qemu-user-static, and the rustup target.
+# Not root and something is missing: skipped with the reason, except under CI=true, where a
+# toolchain that cannot be installed is a failure.
+#
+# Cargo is configured by environment variables here, not by a tracked .cargo/config.toml, so
+# that no one else's build (a native build on a Pi, a developer's own cross setup) is changed:
+#   CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER    aarch64-linux-gnu-gcc
+#   CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER    qemu-aarch64-static -L /usr/aarch64-linux-gnu
+#   CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUSTFLAGS -D warnings (sandpit's own code only: cargo
+#                                                    caps the lints of dependencies); code that
+#                                                    only aarch64 compiles has no clippy run
+#   CC_aarch64_unknown_linux_gnu / AR_...            the cross gcc and ar, for the cc crate
+# Artifacts go to target/aarch64-unknown-linux-gnu/ (cargo's per-target directory, ignored); the
+# binary is target/aarch64-unknown-linux-gnu/release/sandpit.
+#
+# What qemu-user cannot do is probed, not assumed: tests/aarch64/qemu-probe.c asks this qemu for
+# each syscall some unit tests need, and only the tests of a syscall it answers with ENOSYS are
+# skipped, each with its reason printed (see SKIPS below).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+triple=aarch64-unknown-linux-gnu
+sysroot=/usr/aarch64-linux-gnu
+ci=${CI:-}
+is_root() { [ "$(id -u)" = 0 ]; }
+
+started=$(date +%s)
+step_start=
+# Like run-all.sh's `say`, one level down: the time of the previous step, then the next one.
+step() {
+  local now; now=$(date +%s)
+  [ -z "$step_start" ] || printf '      (%ds)\n' "$((now - step_start))"
+  printf '  --> aarch64: %s\n' "$*"
+  step_start=$now
+}
+# A missing piece: a failure under CI=true, else this stage is skipped with the reason.
+unavailable() {
+  if [ "$ci" = true ]; then
+    echo "aarch64: $* (CI=true: this stage must run)" >&2
+    exit 1
+  fi
+  echo "SKIPPED: the aarch64 stage: $*"
+  exit 0
+}
+
+# --- The cross toolchain and qemu -----------------------------------------------------------
+qemu_bin() { command -v qemu-aarch64-static || command -v qemu-aarch64 || true; }
+need=()
+command -v aarch64-linux-gnu-gcc >/dev/null || need+=(gcc-aarch64-linux-gnu)
+[ -e "$sysroot/lib/crt1.o" ] && [ -e "$sysroot/lib/ld-linux-aarch64.so.1" ] \
+  || need+=(libc6-dev-arm64-cross)
+[ -n "$(qemu_bin)" ] || need+=(qemu-user-static)
+if [ ${#need[@]} -gt 0 ]; then
+  is_root || unavailable "missing ${need[*]} (run tests/run-all.sh as root once, or apt-get install them)"
+  step "installing ${need[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+qemu=$(qemu_bin)
+[ -n "$qemu" ] || unavailable "no qemu-aarch64-static or qemu-aarch64 after installing qemu-user-static"
+if ! rustup target list --installed 2>/dev/null | grep -qx "$triple"; then
+  step "rustup target add $triple"
+  rustup target add "$triple" >/dev/null || unavailable "rustup could not add the target $triple"
+fi
+
+export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
+export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="$qemu -L $sysroot"
+export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUSTFLAGS="-D warnings"
+export CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc
+export AR_aarch64_unknown_linux_gnu=aarch64-linux-gnu-ar
+run_aarch64() { "$qemu" -L "$sysroot" "$@"; }
+
+work=$(mktemp -d /tmp/sandpit-aarch64.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+# --- What this qemu emulates ----------------------------------------------------------------
+step "probing $("$qemu" --version | head -n 1)"
+aarch64-linux-gnu-gcc -O -Wall -Werror -o "$work/probe" tests/aarch64/qemu-probe.c
+run_aarch64 "$work/probe" | tee "$work/probe.out"
+lacks() { grep -qx "$1 ENOSYS" "$work/probe.out"; }
+
+# --- Build once, release profile: the binary a Pi runs, then the unit tests ------------------
+# Both in the release profile: the binary checked is the one a Pi would install, the tests share
+# its compiled dependencies, and they run about 5x faster under qemu than a debug build's (a
+# debug test build beside the release binary would cost more in all; README "Raspberry Pi 5"
+# has the figures). The x86-64 unit tests in run-all.sh cover the debug profile (debug
+# assertions, overflow checks).
+step "cross build: release binary"
+cargo build --quiet --release --target "$triple" --bin sandpit
+step "cross build: unit tests (release profile)"
+cargo test --quiet --release --target "$triple" --lib --bins --no-run
+bin=target/$triple/release/sandpit
+# ELF e_machine (offset 18, little-endian): 0xb7 is EM_AARCH64.
+[ "$(od -An -t x2 -j 18 -N 2 "$bin" | tr -d ' ')" = 00b7 ] \
+  || { echo "$bin is not an aarch64 executable" >&2; exit 1; }
+
+# --- Unit tests under qemu ------------------------------------------------------------------
+# SKIPS: the tests that need a syscall qemu-user does not emulate, by syscall. A real aarch64
+# kernel has both (openat2 since 5.6, process_vm_readv since 3.2); qemu 7.2 answers ENOSYS to
+# both, so these run on x86-64 in run-all.sh's unit tests and, on aarch64, on real hardware only.
+needs_openat2=(
+  # util::openat2 (RESOLVE_BENEATH) walks the workspace to measure it (the disk cap) ...
+  backend::disk::usage::tests::counts_allocated_bytes_and_every_inode
+  backend::disk::usage::tests::hard_links_count_once_and_symlinks_are_not_followed
+  backend::disk::usage::tests::roots_are_summed_and_a_missing_root_is_empty
+  backend::disk::usage::tests::deep_trees_are_measured_to_the_bottom
+  session::disk::tests::the_watcher_kills_a_writer_soon_after_the_cap
+  # ... and opens every file sandpit writes into or reads out of a workspace (files, output_files)
+  session::files::tests::round_trip_and_nested_dirs
+  session::files::tests::escapes_are_refused
+  session::files::tests::hard_links_are_neither_read_nor_written_through
+  session::files::tests::fifos_are_not_read
+  session::files::listing_tests::listing_stays_beneath_the_workspace
+  # the metadata supervisor re-opens the file a sandbox named beneath its root
+  backend::linux::metadata::tests::changes_only_what_lies_beneath_a_root
+)
+needs_process_vm_readv=(
+  # the metadata supervisor reads the path a sandbox passed from the sandbox's memory
+  backend::linux::metadata::tests::changes_only_what_lies_beneath_a_root
+  backend::linux::metadata::tests::reads_strings_across_pages
+)
+skips=()
+for syscall in openat2 process_vm_readv; do
+  lacks "$syscall" || continue
+  declare -n tests="needs_$syscall"
+  for t in "${tests[@]}"; do
+    echo "SKIPPED under qemu: $t (needs $syscall; this qemu answers ENOSYS)"
+    skips+=("$t")
+  done
+  unset -n tests
+done
+# A renamed or removed test must not leave a stale exclusion behind.
+cargo test --quiet --release --target "$triple" --lib --bins -- --list --format terse \
+  | sed -n 's/: test$//p' > "$work/tests.list"
+[ -s "$work/tests.list" ] || { echo "no unit tests listed for $triple" >&2; exit 1; }
+for t in "${needs_openat2[@]}" "${needs_process_vm_readv[@]}"; do
+  grep -qxF "$t" "$work/tests.list" || {
+    echo "tests/aarch64.sh excludes $t, which no longer exists: update its lists" >&2
+    exit 1
+  }
+done
+skip_args=()
+for t in $(printf '%s\n' "${skips[@]}" | sort -u); do skip_args+=(--skip "$t"); done
+
+step "unit tests under qemu ($(wc -l < "$work/tests.list") listed, $((${#skip_args[@]} / 2)) skipped)"
+cargo test --quiet --release --target "$triple" --lib --bins -- --exact "${skip_args[@]}" || {
+  # Not skipped by guessing: a failure with ENOSYS (os error 38) may be a syscall this qemu does
+  # not emulate, or a real aarch64 bug (a syscall aarch64 does not have). Decide, then list it.
+  echo "aarch64: unit tests failed under qemu. A test failing with ENOSYS (os error 38) that" \
+    "needs openat2 or process_vm_readv belongs in needs_openat2/needs_process_vm_readv in" \
+    "tests/aarch64.sh; any other failure is an aarch64 bug." >&2
+  exit 1
+}
+
+# --- The aarch64 binary ---------------------------------------------------------------------
+step "the aarch64 binary under qemu: --version, doctor, run"
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
+got=$(run_aarch64 "$bin" --version)
+[ "$got" = "sandpit $version" ] || { echo "--version said '$got', not 'sandpit $version'" >&2; exit 1; }
+echo "$got"
+# doctor must answer (whatever this host offers): text, then JSON to check what it said.
+run_aarch64 "$bin" doctor > "$work/doctor.txt" \
+  || { cat "$work/doctor.txt"; echo "aarch64 doctor failed" >&2; exit 1; }
+grep -q '^Backends' "$work/doctor.txt" || { cat "$work/doctor.txt"; echo "aarch64 doctor printed no backends" >&2; exit 1; }
+sed -n '/^Backends/,/^.-b auto. picks/p' "$work/doctor.txt"
+run_aarch64 "$bin" doctor --json > "$work/doctor.json"
+linux_ok=$(/usr/bin/python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+linux = [b for b in d["backends"] if b["backend"] == "linux"]
+assert len(linux) == 1, "doctor --json lists no linux backend"
+print("yes" if linux[0]["available"] else "no")
+' "$work/doctor.json")
+# The native backend under qemu: qemu-user emulates neither seccomp nor Landlock, so the aarch64
+# binary must refuse (exit 125, naming the reason) and never run the code less confined.
+set +e
+run_aarch64 "$bin" run -b linux -l bash 'echo ran-unconfined' > "$work/run.out" 2> "$work/run.err"
+rc=$?
+set -e
+if [ "$linux_ok" = no ]; then
+  if [ "$rc" != 125 ] || grep -q ran-unconfined "$work/run.out" || ! grep -q unavailable "$work/run.err"; then
+    cat "$work/run.out" "$work/run.err"
+    echo "aarch64: run -b linux should refuse with exit 125 here (got $rc)" >&2
+    exit 1
+  fi
+  echo "run -b linux refused as it must: $(cat "$work/run.err")"
+elif [ "$rc" != 0 ] || ! grep -q ran-unconfined "$work/run.out"; then
+  cat "$work/run.out" "$work/run.err"
+  echo "aarch64: doctor says linux works, but run -b linux failed ($rc)" >&2
+  exit 1
+fi
+# The whole path (session manager, PTY, the python driver, the pipeline) without a sandbox.
+out=$(run_aarch64 "$bin" run -b unsandboxed -l python 'print(6 * 7)' 2> "$work/unsandboxed.err")
+[ "$out" = 42 ] || {
+  cat "$work/unsandboxed.err"
+  echo "aarch64: run -b unsandboxed printed '$out', not 42" >&2
+  exit 1
+}
+echo "run -b unsandboxed -l python: $out"
+step "done: $(($(date +%s) - started))s in all"
