@@ -17,8 +17,17 @@
 //   3. When the cell ends the driver flushes std.out and std.err, writes the end marker
 //      "\x1esandpit-end:NONCE\x1e" with os.write on fd 1 and on fd 2, then one line:
 //        {"id":ID,"nonce":"NONCE","status":"ok"|"error","exit_code":N,
-//         "result":JSON|null,"exception":null|{"type","message","traceback"},"warnings":[...]}
+//         "result":JSON|null,"exception":null|{"type","message","traceback"},"warnings":[...],
+//         "outputs":[{"type","mime","data"}...]}
 //   4. End of file on the request channel: exit 0.
+//   5. Host tools (see "Tool calls" in src/pipeline/wrapper/mod.rs): while a cell runs,
+//      sandpit.tools.NAME(args) writes {"tool_call":{"id":N,"cell":ID,"name":...,"arguments":{...}}}
+//      as one line on the response channel, then reads lines on the request channel until
+//      {"tool_result":{"id":N,...}} and returns a promise settled with it. Unlike Node's
+//      driver, the call waits there (QuickJS under WASI cannot watch the channel while its
+//      event loop runs): timers and other promise jobs do not run during a call, and calls
+//      made together (Promise.all) run one after another. A line that starts with "{" where
+//      a request header is expected is a late answer: skipped.
 //
 // How a cell runs
 //   - std.evalScript(code, {async: true}) in the one global scope: top-level await works;
@@ -29,7 +38,10 @@
 //     request.
 //   - There are no signals under WASI: a timeout ends the interpreter (the host restarts it).
 //   - result: the value of `result` if the cell bound it (as driver.js); undefined is null; a
-//     value JSON cannot encode is returned as its inspect() text with a warning.
+//     value JSON cannot encode is returned as its inspect() text with a warning. Otherwise the
+//     cell's completion value (as driver.js: `x + 1`, `await f()`, `x = 5`), when it is not
+//     undefined: JSON where JSON says what it is, else its inspect() text, which also goes in
+//     "outputs" as {"type":"execute_result","mime":"text/plain","data":...}. `result` wins.
 //   - input_data: each key is assigned as `key = value`, else set on globalThis.
 //   - console.log/info/debug write to stdout, console.error/warn to stderr, formatted like
 //     Node's util.format/inspect (a subset), each call written out at once (as print is); setTimeout, setInterval, setImmediate and their
@@ -51,6 +63,7 @@
     std.exit(2);
   }
   const MISSING = Symbol('missing');
+  const MAX_VALUE_TEXT = 1 << 20; // the inspect() text of a completion value, at most
   const hook = { input: undefined, missing: MISSING };
   Object.defineProperty(globalThis, '__sandpit_driver__', { value: hook });
   const workspace = std.getenv('SANDPIT_WORKSPACE');
@@ -117,13 +130,27 @@
     return out;
   }
 
-  function readRequest() {
+  // The next line on the request channel, without its newline (bytes), or null at EOF; with
+  // `answersOnly`, a line that does not start with "{" (a request header) stays unread and
+  // the answer is undefined.
+  function readLine(answersOnly) {
     let nl;
     while ((nl = pending.indexOf(10)) < 0) {
       if (!fill()) return null;
     }
-    const line = String.fromCharCode.apply(null, pending.subarray(0, nl));
+    if (answersOnly && pending[0] !== 0x7b) return undefined;
+    const line = pending.subarray(0, nl);
     pending = pending.subarray(nl + 1);
+    return line;
+  }
+
+  function readRequest() {
+    let bytes;
+    do {
+      bytes = readLine(false);
+      if (bytes === null) return null;
+    } while (bytes[0] === 0x7b); // "{": the answer to a tool call its cell no longer waits for
+    const line = String.fromCharCode.apply(null, bytes);
     const m = /^(\d+) ([0-9a-f]+) ([01]) (\d+) (\d+)$/.exec(line.trim());
     if (m === null) {
       writeAll(2, encode(`sandpit driver: bad request header: ${JSON.stringify(line.slice(0, 200))}\n`));
@@ -296,6 +323,18 @@
     Object.defineProperty(globalThis, name, { value: f, writable: true, configurable: true, enumerable: false });
   }
 
+  // Whether JSON says what `value` is (as driver.js): primitives (finite numbers), arrays,
+  // plain objects and objects with toJSON (Date). A Map, a Set, a class instance or NaN would
+  // come out as {} or null: their completion value is given as inspect() text instead.
+  function plainData(value) {
+    if (value === null || typeof value === 'string' || typeof value === 'boolean') return true;
+    if (typeof value === 'number') return Number.isFinite(value);
+    if (typeof value !== 'object') return false;
+    if (Array.isArray(value) || typeof value.toJSON === 'function') return true;
+    const proto = Object.getPrototypeOf(value);
+    return proto === Object.prototype || proto === null;
+  }
+
   // ---- cells -----------------------------------------------------------------------------
   const assignsResult = /(^|[^\w$.])result\s*([-+*/%&|^]|\*\*|<<|>>>?|&&|\|\||\?\?)?=(?!=)/;
   const CELL = '<cell>';
@@ -364,7 +403,7 @@
   let keepAlive = null;
 
   function runCell(req) {
-    const cell = { id: req.id, nonce: req.nonce, done: false, before: MISSING, assigns: false, warnings: [] };
+    const cell = { id: req.id, nonce: req.nonce, done: false, before: MISSING, assigns: false, value: MISSING, warnings: [] };
     current = cell;
     const code = req.code;
     try {
@@ -383,8 +422,12 @@
       return;
     }
     keepAlive = os.setTimeout(() => {}, 2147483647);
+    // An async evaluation settles with {value: the completion value}.
     evaluation.then(
-      () => finish(cell, 'ok', 0, null),
+      (completion) => {
+        cell.value = safe(() => completion.value, undefined);
+        finish(cell, 'ok', 0, null);
+      },
       (e) => finish(cell, 'error', 1, describe(e, code)),
     );
   }
@@ -397,6 +440,7 @@
       keepAlive = null;
     }
     let result = 'null';
+    let outputs = '[]';
     const after = readResult();
     if (after !== MISSING && (!Object.is(after, cell.before) || cell.assigns)) {
       let json;
@@ -410,10 +454,26 @@
         cell.warnings.push('result is not JSON-serialisable; returned its repr');
       }
       result = json;
+    } else if (cell.value !== MISSING && cell.value !== undefined && status === 'ok') {
+      // The cell's completion value, as the REPL echoes it: JSON where it can be, else its
+      // inspect() text; that text also goes in outputs as text/plain.
+      let text = wellFormed(safe(() => inspect(cell.value), String(typeof cell.value)));
+      if (text.length > MAX_VALUE_TEXT) {
+        text = `${text.slice(0, MAX_VALUE_TEXT)}... [${text.length - MAX_VALUE_TEXT} characters dropped]`;
+      }
+      let json;
+      try {
+        json = plainData(cell.value) ? JSON.stringify(wellFormedDeep(cell.value)) : undefined;
+      } catch {
+        json = undefined;
+      }
+      result = json === undefined ? JSON.stringify(text) : json;
+      outputs = JSON.stringify([{ type: 'execute_result', mime: 'text/plain', data: text }]);
     }
     const response =
       `{"id":${cell.id},"nonce":"${cell.nonce}","status":"${status}","exit_code":${exitCode},` +
-      `"result":${result},"exception":${JSON.stringify(exception)},"warnings":${JSON.stringify(cell.warnings)}}\n`;
+      `"result":${result},"exception":${JSON.stringify(exception)},"warnings":${JSON.stringify(cell.warnings)},` +
+      `"outputs":${outputs}}\n`;
     safe(() => std.out.flush());
     safe(() => std.err.flush());
     const marker = encode(`\x1esandpit-end:${cell.nonce}\x1e`);
@@ -432,6 +492,76 @@
     if (s !== undefined && /\\ud[89a-f]/i.test(s)) return JSON.parse(JSON.stringify(value, (_k, v) => wellFormed(v)));
     return value;
   }
+
+  // ---- host tools ------------------------------------------------------------------------
+  // The global `sandpit` (not enumerable), as driver.js: sandpit.tools.NAME(args) for each
+  // tool named in $SANDPIT_TOOLS, sandpit.call(name, args), sandpit.names(),
+  // sandpit.describe(), and sandpit.ToolError. A call waits for its answer (see the header).
+  const toolNames = (std.getenv('SANDPIT_TOOLS') || '').split(',').filter(Boolean);
+  let lastToolId = 0;
+  class ToolError extends Error {
+    constructor(message) {
+      super(message);
+      this.name = 'ToolError';
+    }
+  }
+
+  function callTool(name, args) {
+    try {
+      if (!current || current.done) throw new ToolError('host tools can only be called while a cell runs');
+      if (typeof name !== 'string') throw new TypeError("the tool's name must be a string");
+      if (args === undefined || args === null) args = {};
+      if (typeof args !== 'object' || Array.isArray(args)) throw new TypeError('the arguments must be an object');
+      const body = JSON.stringify(wellFormedDeep(args));
+      const id = ++lastToolId;
+      writeAll(RESPONSE_FD, encode(`{"tool_call":{"id":${id},"cell":${current.id},"name":${JSON.stringify(name)},"arguments":${body}}}\n`));
+      for (;;) {
+        const line = readLine(true);
+        if (line === null) throw new ToolError('the host closed the channel');
+        if (line === undefined) throw new ToolError('the host sent a request while a tool call waited');
+        let answer;
+        try {
+          answer = JSON.parse(decode(line)).tool_result;
+        } catch {
+          continue;
+        }
+        if (!answer || answer.id !== id) continue; // for a call no cell waits for now
+        if (answer.ok) return Promise.resolve(answer.result);
+        throw new ToolError(`${name}: ${answer.error}`);
+      }
+    } catch (e) {
+      return Promise.reject(e);
+    }
+  }
+
+  function describeTools(name) {
+    let info = [];
+    try {
+      info = JSON.parse(std.getenv('SANDPIT_TOOLS_INFO') || '[]');
+    } catch {}
+    if (name === undefined) return info;
+    const t = info.find((x) => x.name === name);
+    if (!t) throw new ToolError(`no tool named ${JSON.stringify(name)} is declared`);
+    return t;
+  }
+
+  const toolFunctions = {};
+  for (const n of toolNames) {
+    Object.defineProperty(toolFunctions, n, { value: (args) => callTool(n, args), enumerable: true });
+  }
+  Object.defineProperty(toolFunctions, 'call', { value: callTool });
+  Object.defineProperty(globalThis, 'sandpit', {
+    value: Object.freeze({
+      tools: Object.freeze(toolFunctions),
+      call: callTool,
+      names: () => toolNames.slice(),
+      describe: describeTools,
+      ToolError,
+    }),
+    enumerable: false,
+    configurable: true,
+    writable: true,
+  });
 
   function serve() {
     const req = readRequest();
