@@ -1871,6 +1871,51 @@ mod wasi_only {
         let msg = e.to_string();
         assert!(msg.contains("linux") && msg.contains("docker"), "{msg}");
     }
+
+    /// The warm pool of `serve` and `mcp` keeps python and javascript guests ready (QuickJS
+    /// takes the session's id through its own `std`, having no `process`) and starts nothing
+    /// for bash; a pooled guest answers as its new session.
+    pub async fn the_warm_pool_keeps_guests_ready(ctx: Ctx) {
+        let mut policy = ctx.policy.clone();
+        policy.pool.size = 1;
+        policy.pool.languages = vec![Language::Python, Language::Javascript, Language::Bash];
+        let pool =
+            sandpit::session::pool::WarmPool::start(&policy, ctx.backend.clone()).expect("a pool");
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while pool.stats().ready < 2 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the pool did not fill: {:?}",
+                pool.stats()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        for (lang, code) in [
+            (
+                Language::Python,
+                "import os\nos.environ['SANDPIT_SESSION_ID']",
+            ),
+            (Language::Javascript, "std.getenv('SANDPIT_SESSION_ID')"),
+        ] {
+            let id = format!("pooled-{lang}");
+            let config = SessionConfig {
+                language: lang,
+                session_id: Some(id.clone()),
+                workspace: None,
+                network: false,
+                limits: policy.limits.clone(),
+            };
+            let mut s = pool.take(&config, &id).await.expect("a pooled guest");
+            let r = exec(&mut s, code).await;
+            assert_eq!(r.result, Some(serde_json::json!(id)), "{r:?}");
+            s.kill().await;
+        }
+        assert_eq!(pool.stats().hits, 2, "{:?}", pool.stats());
+        // The pool asks the backend, and starts nothing for bash (it would fail, and be tried
+        // again at every sweep).
+        assert!(!ctx.backend.runs(Language::Bash));
+        pool.shutdown().await;
+    }
 }
 
 matrix!(wasi_only; [wasi];
@@ -1879,6 +1924,7 @@ matrix!(wasi_only; [wasi];
     memory_limit_is_a_memory_error,
     open_files_are_bounded,
     bash_is_refused_on_wasi,
+    the_warm_pool_keeps_guests_ready,
 );
 
 matrix!(functional; [linux, linux_no_ns, linux_no_ns_abi4, linux_no_landlock, docker, unsandboxed, wasi];

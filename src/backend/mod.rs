@@ -309,6 +309,11 @@ pub trait Backend: Send + Sync {
     fn interrupt_keeps_state(&self) -> bool {
         true
     }
+    /// Whether this backend runs `language` at all (false: bash on WASI). The warm pool
+    /// starts no sandbox for a language its backend does not run.
+    fn runs(&self, _language: crate::types::Language) -> bool {
+        true
+    }
     /// Why this backend cannot install a request's `packages`, if it cannot.
     fn no_packages(&self) -> Option<&'static str> {
         None

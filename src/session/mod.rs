@@ -321,6 +321,10 @@ impl Session {
         }
         let code = match self.spec.language {
             Language::Python => format!("__import__('os').environ['SANDPIT_SESSION_ID'] = '{id}'"),
+            // QuickJS (WASI) has no `process`: its std module sets the environment.
+            Language::Javascript if self.backend.kind() == crate::backend::BackendKind::Wasi => {
+                format!("std.setenv('SANDPIT_SESSION_ID', '{id}');")
+            }
             Language::Javascript => format!("process.env.SANDPIT_SESSION_ID = '{id}';"),
             Language::Bash => format!("export SANDPIT_SESSION_ID='{id}'"),
         };

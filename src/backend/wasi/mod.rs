@@ -302,6 +302,10 @@ impl super::Backend for WasiBackend {
         false
     }
 
+    fn runs(&self, language: Language) -> bool {
+        runtimes::for_language(language).is_some()
+    }
+
     fn no_packages(&self) -> Option<&'static str> {
         Some(NO_PACKAGES)
     }
