@@ -19,6 +19,9 @@ pub enum Language {
 impl Language {
     pub const ALL: [Language; 3] = [Language::Python, Language::Javascript, Language::Bash];
 
+    /// The other names [`Language::parse`] accepts (in any case), which input schemas list.
+    pub const ALIASES: [&'static str; 7] = ["py", "python3", "js", "node", "nodejs", "sh", "shell"];
+
     /// The canonical name used in results and on the wire.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -276,11 +279,15 @@ pub struct ToolCallSummary {
 }
 
 impl ExecResult {
-    /// The error that stands in for a result: the execution was refused or failed. A timeout
-    /// carries `error.code = TIMEOUT` too, but it ran, and its result (output, state kept or
-    /// not) is what a caller wants: `None` then. HTTP answers the former with an error status.
+    /// The error that stands in for a result: the execution could not run (bad request,
+    /// unknown session, backend failure). A timeout carries `error.code = TIMEOUT` and a
+    /// blocked execution `SECURITY_BLOCKED` / `POLICY_DENIED`, but their result (output, state
+    /// kept or not, `status: blocked`) is what a caller wants, on every interface alike: `None`
+    /// then. HTTP answers the former with an error status.
     pub fn failure(&self) -> Option<&ErrorInfo> {
-        self.error.as_ref().filter(|_| !self.timed_out)
+        self.error
+            .as_ref()
+            .filter(|_| !self.timed_out && self.status != Status::Blocked)
     }
 
     /// A result for an execution that never ran because of `err`.

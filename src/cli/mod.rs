@@ -126,12 +126,17 @@ pub fn backend_choice(arg: &BackendArg, policy: &Policy) -> crate::Result<Backen
     Ok(name.into())
 }
 
-/// Logs to stderr (`RUST_LOG`, default `warn`), through `redactor` when there is one.
+/// Logs to stderr (`RUST_LOG`, default `warn`), through `redactor` when there is one. Colours
+/// only when stderr is a terminal (and `NO_COLOR` is unset): a log file or a journal gets plain
+/// text.
 fn init_tracing(redactor: Option<std::sync::Arc<crate::pipeline::redact::Redactor>>) {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_env("RUST_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour)
         .with_target(false);
     let _ = match redactor {
         Some(r) => builder

@@ -2,5 +2,6 @@
 //! (the HTTP API with OpenAPI and streaming) and `metrics` (its Prometheus metrics).
 
 pub mod http;
+pub mod json_schema;
 pub mod mcp;
 mod metrics;

@@ -181,6 +181,11 @@ impl SessionManager {
         m
     }
 
+    /// The limits and timings this manager runs with.
+    pub fn config(&self) -> &ManagerConfig {
+        &self.config
+    }
+
     pub fn backend_name(&self) -> &'static str {
         self.backend.kind().as_str()
     }

@@ -9,8 +9,12 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <spawn.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+extern char **environ;
 
 static void report(const char *name, long rc) {
   if (rc >= 0)
@@ -27,5 +31,19 @@ int main(void) {
   char src[] = "x", dst[2] = {0};
   struct iovec local = {dst, 1}, remote = {src, 1};
   report("process_vm_readv", process_vm_readv(getpid(), &local, 1, &remote, 1, 0));
+  /* posix_spawn of a missing program, as std::process::Command spawns: a kernel reports ENOENT
+   * to the parent; qemu-user runs glibc's CLONE_VM|CLONE_VFORK child as a plain fork, so the
+   * child's exec error never reaches the parent ("spawn_errors ENOSYS": the tests that expect a
+   * spawn error are skipped). */
+  char *argv[] = {"/nonexistent/sandpit-qemu-probe", NULL};
+  pid_t pid;
+  int rc = posix_spawn(&pid, argv[0], NULL, NULL, argv, environ);
+  if (rc == ENOENT) {
+    printf("spawn_errors ok\n");
+  } else {
+    if (rc == 0)
+      waitpid(pid, NULL, 0);
+    printf("spawn_errors ENOSYS\n");
+  }
   return 0;
 }

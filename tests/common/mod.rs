@@ -75,6 +75,16 @@ pub fn policy() -> Policy {
     p
 }
 
+/// Cases that use up a session's whole process budget on purpose.
+const BUDGET_HOGS: &[&str] = &["fork_bomb_is_bounded"];
+
+/// Unprivileged, every session of this suite runs as the suite's own uid, and `RLIMIT_NPROC`
+/// counts the processes and threads of that uid together (the suite's, every session's): a
+/// fork bomb holding the whole budget makes a concurrent session fail to start ("fork: EAGAIN",
+/// node's "uv_thread_create" assertion). Such cases run alone there: they take this lock for
+/// writing, the others for reading. As root each session has a uid of its own.
+static SHARED_BUDGET: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
 /// Runs `case` against `backend` if it is available here; otherwise says why it skipped, and
 /// fails under CI=true when the backend is one CI must have.
 pub fn run_case<F, Fut>(backend: &str, case: F)
@@ -82,6 +92,23 @@ where
     F: FnOnce(Ctx) -> Fut,
     Fut: Future<Output = ()>,
 {
+    run_named_case(backend, "", case)
+}
+
+/// [`run_case`] for the case named `name` (the `matrix!` macro passes it).
+pub fn run_named_case<F, Fut>(backend: &str, name: &str, case: F)
+where
+    F: FnOnce(Ctx) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let unprivileged = !nix::unistd::geteuid().is_root();
+    let (_alone, _among) = if unprivileged && BUDGET_HOGS.contains(&name) {
+        let g = SHARED_BUDGET.write().unwrap_or_else(|e| e.into_inner());
+        (Some(g), None)
+    } else {
+        let g = SHARED_BUDGET.read().unwrap_or_else(|e| e.into_inner());
+        (None, Some(g))
+    };
     std::env::set_var("SANDPIT_HELPER", helper());
     let mut policy = policy();
     // `linux_no_ns`: the native backend with namespaces turned off, as on hosts that block
@@ -403,7 +430,11 @@ macro_rules! matrix_case {
             $(
                 #[test]
                 fn $backend() {
-                    $crate::common::run_case(stringify!($backend), super::$cases::$case);
+                    $crate::common::run_named_case(
+                        stringify!($backend),
+                        stringify!($case),
+                        super::$cases::$case,
+                    );
                 }
             )*
         }

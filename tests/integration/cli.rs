@@ -481,3 +481,15 @@ fn required_layers_refuse_a_weaker_sandbox() {
         );
     }
 }
+
+/// Logs written to a file or a pipe carry no terminal colour codes.
+#[test]
+fn logs_to_a_pipe_have_no_colour_codes() {
+    let out = sandpit_env(
+        &["run", "-b", backend(), "-l", "bash", "echo hi"],
+        &[("RUST_LOG", "debug")],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.is_empty(), "RUST_LOG=debug logged nothing");
+    assert!(!err.contains('\u{1b}'), "ANSI codes in piped logs: {err}");
+}

@@ -286,10 +286,22 @@ fn mcp_session_over_stdio() {
             "execute_code schema lacks {p}: {exec}"
         );
     }
-    assert_eq!(
-        props["language"]["enum"],
-        json!(["python", "javascript", "bash"])
+    // The enum takes the aliases the server accepts; every tool declares its output.
+    let langs = props["language"]["enum"].as_array().unwrap();
+    for l in ["python", "javascript", "bash", "py", "js", "node", "sh"] {
+        assert!(langs.contains(&json!(l)), "{l} missing: {exec}");
+    }
+    for t in &tools {
+        assert_eq!(t["outputSchema"]["type"], "object", "{t}");
+    }
+    assert!(
+        exec["outputSchema"]["properties"]["stdout"].is_object(),
+        "{exec}"
     );
+    let d = exec["description"].as_str().unwrap();
+    for needle in ["/workspace", "session_id", "no network", "EOFError"] {
+        assert!(d.contains(needle), "{needle:?} not in the description: {d}");
+    }
     assert_eq!(exec["inputSchema"]["required"], json!(["language", "code"]));
     let kill = tools.iter().find(|t| t["name"] == "kill_session").unwrap();
     assert_eq!(kill["inputSchema"]["required"], json!(["session_id"]));
@@ -311,6 +323,10 @@ fn mcp_session_over_stdio() {
     assert_eq!(r["structuredContent"]["session_id"], "s1", "{r}");
     let t = text(&r);
     assert!(t.contains("hello") && t.contains("42"), "{t}");
+    assert!(t.contains("session s1: state persists"), "{t}");
+    // The JSON itself follows as a second text block, as the specification asks.
+    let second: Value = serde_json::from_str(r["content"][1]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(second, r["structuredContent"], "{r}");
 
     // Stderr and a non-zero exit are labelled in the text.
     let r = s.call(
@@ -343,7 +359,10 @@ fn mcp_session_over_stdio() {
         r["structuredContent"]["exception"]["type"], "ZeroDivisionError",
         "{r}"
     );
+    // The model reads the traceback, not only its last line.
     assert!(text(&r).contains("ZeroDivisionError"), "{r}");
+    assert!(text(&r).contains("line 1"), "{r}");
+    assert!(text(&r).contains("one-off run"), "{r}");
 
     // A language mismatch on s1.
     let r = s.call(
@@ -407,6 +426,16 @@ fn mcp_session_over_stdio() {
         ("list_sessions", json!({"x": 1}), "x"),
     ] {
         let r = s.request("tools/call", Some(json!({"name": tool, "arguments": args})));
+        if tool == "execute_code" {
+            // Always an ExecResult, as the output schema says.
+            let sc = &r["result"]["structuredContent"];
+            assert_eq!(sc["status"], "error", "{r}");
+            assert_eq!(sc["error"]["code"], "INVALID_REQUEST", "{r}");
+            assert!(
+                sc["language"].is_string() && sc["backend"].is_string(),
+                "{r}"
+            );
+        }
         if r["error"].is_object() {
             assert_eq!(r["error"]["code"], -32602, "{r}");
         } else {
@@ -608,7 +637,7 @@ fn mcp_exits_cleanly_when_stdin_closes_before_initialize() {
 
 /// A python with the official MCP SDK: `SANDPIT_MCP_PYTHON`, `/usr/bin/python3` if it has it,
 /// else a venv under the target directory (created once with `pip install mcp`).
-fn python_with_mcp_sdk() -> Result<PathBuf, String> {
+pub(crate) fn python_with_mcp_sdk() -> Result<PathBuf, String> {
     let has_sdk = |py: &Path| {
         Command::new(py)
             .args(["-c", "import mcp.client.stdio"])
@@ -693,9 +722,38 @@ async def main():
             assert field(r, "is_error", "isError") is True, r
             sc = field(r, "structured_content", "structuredContent")
             assert sc["exception"]["type"] == "ZeroDivisionError", sc
+            await session.validate_tool_result("execute_code", r)
+            assert "line 1" in r.content[0].text, r.content[0].text
+            # Argument errors are ExecResults too, valid against the declared schema.
+            r = await session.call_tool("execute_code", {"language": "cobol", "code": "1"})
+            assert field(r, "is_error", "isError") is True, r
+            sc = field(r, "structured_content", "structuredContent")
+            assert sc["error"]["code"] == "INVALID_REQUEST", sc
+            await session.validate_tool_result("execute_code", r)
+            # Live output: one progress notification per chunk, all before the result.
+            seen = []
+            async def on_progress(progress, total, message):
+                seen.append(message)
+            r = await session.call_tool("execute_code", {
+                "language": "python", "session_id": "sdk",
+                "code": "import sys, time\nfor i in range(3):\n    print('tick', i, flush=True)\n    time.sleep(0.2)\nprint('oops', file=sys.stderr, flush=True)"},
+                progress_callback=on_progress)
+            assert field(r, "is_error", "isError") is False, r
+            live = "".join(m or "" for m in seen)
+            for needle in ("tick 0", "tick 2", "[stderr] oops"):
+                assert needle in live, (needle, seen)
+            assert len(seen) >= 3, seen
             r = await session.call_tool("list_sessions", {})
             sc = field(r, "structured_content", "structuredContent")
             assert [s["session_id"] for s in sc["sessions"]] == ["sdk"], sc
+            await session.validate_tool_result("list_sessions", r)
+            r = await session.call_tool("kill_session", {"session_id": "nope"})
+            await session.validate_tool_result("kill_session", r)
+            r = await session.call_tool("list_files", {"session_id": "sdk"})
+            await session.validate_tool_result("list_files", r)
+            r = await session.call_tool("read_file", {"session_id": "sdk", "path": "missing.txt"})
+            assert field(r, "is_error", "isError") is True, r
+            await session.validate_tool_result("read_file", r)
             r = await session.call_tool("kill_session", {"session_id": "sdk"})
             assert field(r, "structured_content", "structuredContent") == {"killed": True}, r
     print("SDK-CLIENT-OK")
@@ -837,4 +895,127 @@ fn mcp_cancellation_interrupts_the_cell() {
         "the cancelled cell was not interrupted"
     );
     s.close_and_wait();
+}
+
+/// A directory with the official MCP TypeScript SDK and ajv (`npm install` into the target
+/// directory once, pinned to the SDK's major version 1), for [`mcp_official_typescript_sdk_client`].
+fn node_with_mcp_sdk() -> Result<PathBuf, String> {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mcp-ts-sdk");
+    let has_sdk = |d: &Path| {
+        d.join("node_modules/@modelcontextprotocol/sdk/package.json")
+            .is_file()
+            && d.join("node_modules/ajv/package.json").is_file()
+    };
+    if has_sdk(&dir) {
+        return Ok(dir);
+    }
+    if !Path::new("/usr/bin/node").exists() {
+        return Err("no /usr/bin/node".into());
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    std::fs::write(
+        dir.join("package.json"),
+        r#"{"name": "sandpit-mcp-ts-sdk-test", "private": true, "type": "module"}"#,
+    )
+    .map_err(|e| e.to_string())?;
+    let ok = Command::new("npm")
+        .args([
+            "install",
+            "--silent",
+            "--no-audit",
+            "--no-fund",
+            "@modelcontextprotocol/sdk@1",
+            "ajv@8",
+        ])
+        .current_dir(&dir)
+        .stdin(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if ok && has_sdk(&dir) {
+        Ok(dir)
+    } else {
+        Err(
+            "`npm install @modelcontextprotocol/sdk ajv` failed (is the npm registry reachable?)"
+                .into(),
+        )
+    }
+}
+
+const TS_SDK_CLIENT: &str = r#"
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import Ajv from "ajv";
+
+const [bin, backend] = process.argv.slice(2);
+const client = new Client({ name: "sandpit-test", version: "1.0.0" });
+await client.connect(new StdioClientTransport({ command: bin, args: ["mcp", "-b", backend] }));
+const { tools } = await client.listTools();
+const ajv = new Ajv({ strict: false, logger: false });
+const validators = Object.fromEntries(tools.map((t) => [t.name, ajv.compile(t.outputSchema)]));
+let checked = 0;
+async function call(name, args, extra) {
+  // The SDK validates structuredContent against outputSchema itself when isError is false;
+  // errors are checked here with the same schema.
+  const r = await client.callTool({ name, arguments: args }, undefined, extra);
+  if (!validators[name](r.structuredContent)) {
+    throw new Error(`${name} ${JSON.stringify(args)}: ${ajv.errorsText(validators[name].errors)}\n${JSON.stringify(r.structuredContent)}`);
+  }
+  checked++;
+  return r;
+}
+let r = await call("execute_code", { language: "python", session_id: "ts", code: "x = 6 * 7\nx" });
+if (r.structuredContent.result !== 42 || r.isError) throw new Error(JSON.stringify(r));
+r = await call("execute_code", { language: "js", session_id: "ts2", code: "throw new TypeError('bad')" });
+if (!r.isError || r.structuredContent.exception.type !== "TypeError") throw new Error(JSON.stringify(r));
+r = await call("execute_code", { language: "bash", code: "echo out; echo err >&2; exit 4" });
+if (r.structuredContent.exit_code !== 4 || !r.content[0].text.includes("stderr:\nerr")) throw new Error(JSON.stringify(r));
+r = await call("execute_code", { language: "cobol", code: "1" });
+if (r.structuredContent.error.code !== "INVALID_REQUEST") throw new Error(JSON.stringify(r));
+r = await call("execute_code", { language: "python", code: "import os\nos.system('true')" });
+if (r.structuredContent.status !== "blocked") throw new Error(JSON.stringify(r));
+r = await call("execute_code", { language: "python", session_id: "ts", code: "open('o.txt', 'w').write('hi')", output_files: ["o.txt"] });
+if (!r.content[0].text.includes("file o.txt (2 bytes):\nhi")) throw new Error(r.content[0].text);
+const live = [];
+r = await call("execute_code", { language: "python", session_id: "ts", code: "import time\nfor i in range(2):\n    print('tick', i, flush=True)\n    time.sleep(0.2)" },
+  { onprogress: (p) => live.push(p.message) });
+if (!live.join("").includes("tick 1")) throw new Error(JSON.stringify(live));
+await call("list_sessions", {});
+await call("list_files", { session_id: "ts" });
+await call("read_file", { session_id: "ts", path: "o.txt" });
+await call("read_file", { session_id: "ts", path: "missing" });
+await call("write_file", { session_id: "ts", path: "w.txt", content: "w" });
+await call("kill_session", { session_id: "ts" });
+await call("kill_session", {});
+await client.close();
+console.log(`TS-SDK-OK ${checked}`);
+"#;
+
+/// The official MCP TypeScript SDK as the client: every result, errors included, validates with
+/// ajv against the tool's declared `outputSchema`; live output arrives through `onprogress`.
+#[test]
+fn mcp_official_typescript_sdk_client() {
+    let dir = match node_with_mcp_sdk() {
+        Ok(dir) => dir,
+        Err(why) => {
+            // Like the Python SDK: an optional, external dependency.
+            eprintln!("SKIPPED the TypeScript MCP SDK client test: {why}");
+            return;
+        }
+    };
+    let script = dir.join("client.mjs");
+    std::fs::write(&script, TS_SDK_CLIENT).unwrap();
+    let out = Command::new("/usr/bin/node")
+        .arg(&script)
+        .args([bin(), backend()])
+        .current_dir(&dir)
+        .env_remove("SANDPIT_HELPER")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the TypeScript SDK client");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("TS-SDK-OK 14"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -184,7 +184,7 @@ fn check_values<'a>(ctx: &mut Ctx, scope: &Scope<'a>, node: Node<'a>, lines: Lin
             let Matcher::Python(m) = &rule.matcher else {
                 continue;
             };
-            if m.calls.is_empty() || m.arg.is_some() || !m.inner_calls.is_empty() {
+            if m.calls.is_empty() || !m.arg.is_empty() || !m.inner_calls.is_empty() {
                 continue;
             }
             if let Some(name) = names.iter().find(|c| any_glob(&m.calls, c)) {
@@ -201,10 +201,8 @@ fn call_matches<'a>(
     args: &Args<'a>,
     call: Node<'a>,
 ) -> bool {
-    if let Some(spec) = &m.arg {
-        if !arg_matches(scope, args, spec) {
-            return false;
-        }
+    if !m.arg.iter().all(|spec| arg_matches(scope, args, spec)) {
+        return false;
     }
     if !m.inner_calls.is_empty() {
         let arguments = call.child_by_field_name("arguments");

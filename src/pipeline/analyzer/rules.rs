@@ -58,6 +58,9 @@ pub(crate) struct ArgSpec {
     /// The value contains one of these substrings.
     #[serde(default)]
     pub(crate) contains_any: Vec<String>,
+    /// The value matches none of these globs.
+    #[serde(default)]
+    pub(crate) not_equals: Vec<Glob>,
 }
 
 impl ArgSpec {
@@ -65,6 +68,24 @@ impl ArgSpec {
         (self.equals.is_empty() || any_glob(&self.equals, value))
             && (self.contains_any.is_empty()
                 || self.contains_any.iter().any(|c| value.contains(c.as_str())))
+            && !any_glob(&self.not_equals, value)
+    }
+}
+
+/// `arg = {...}` or `arg = [{...}, {...}]`: one constraint, or several that must all hold.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum ArgSpecs {
+    One(ArgSpec),
+    All(Vec<ArgSpec>),
+}
+
+impl ArgSpecs {
+    fn into_vec(self) -> Vec<ArgSpec> {
+        match self {
+            ArgSpecs::One(a) => vec![a],
+            ArgSpecs::All(v) => v,
+        }
     }
 }
 
@@ -81,9 +102,9 @@ struct PythonRuleDef {
     /// Method names matched on any receiver (`write_text`).
     #[serde(default)]
     methods: Vec<String>,
-    /// With `calls`: an argument constraint.
+    /// With `calls`: argument constraints (all must hold).
     #[serde(default)]
-    arg: Option<ArgSpec>,
+    arg: Option<ArgSpecs>,
     /// With `calls`: the arguments contain a call to one of these (`exec(input())`).
     #[serde(default)]
     inner_calls: Vec<Glob>,
@@ -93,7 +114,7 @@ struct PythonRuleDef {
 pub(crate) struct PythonMatcher {
     pub(crate) calls: Vec<Glob>,
     pub(crate) methods: Vec<String>,
-    pub(crate) arg: Option<ArgSpec>,
+    pub(crate) arg: Vec<ArgSpec>,
     pub(crate) inner_calls: Vec<Glob>,
 }
 
@@ -271,11 +292,16 @@ fn python_rule(file: &str, d: PythonRuleDef) -> Result<Rule, AnalyzerError> {
     if d.calls.is_empty() && (d.arg.is_some() || !d.inner_calls.is_empty()) {
         return err("arg and inner_calls only go with calls");
     }
-    if let Some(arg) = &d.arg {
+    let args = d.arg.clone().map(ArgSpecs::into_vec).unwrap_or_default();
+    if d.arg.is_some() && args.is_empty() {
+        return err("arg is an empty list");
+    }
+    for arg in &args {
         if arg.equals.is_empty() && arg.contains_any.is_empty() {
             return err("arg needs equals or contains_any");
         }
         check_globs(file, &d.id, "arg.equals", &arg.equals)?;
+        check_globs(file, &d.id, "arg.not_equals", &arg.not_equals)?;
     }
     if d.methods.iter().any(|m| m.is_empty()) {
         return err("methods has an empty name");
@@ -290,7 +316,7 @@ fn python_rule(file: &str, d: PythonRuleDef) -> Result<Rule, AnalyzerError> {
         matcher: Matcher::Python(PythonMatcher {
             calls: d.calls,
             methods: d.methods,
-            arg: d.arg,
+            arg: args,
             inner_calls: d.inner_calls,
         }),
     })

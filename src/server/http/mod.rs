@@ -39,12 +39,13 @@ use crate::server::metrics::Metrics;
 use crate::session::manager::SessionManager;
 use auth::strip_port;
 use axum::routing::{delete, get, post};
-use axum::Router;
+use axum::{Extension, Router};
 use std::future::IntoFuture as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+use users::Authed;
 
 /// Where the server listens.
 #[derive(Debug, Clone)]
@@ -247,6 +248,25 @@ async fn serve_unix(
     )))
 }
 
+/// `sandpit mcp`'s server at `/mcp` (Streamable HTTP), each call acting as the request's user:
+/// the token's under per-user tokens, else `default` (as over stdio).
+fn mcp_service(state: &AppState) -> Router {
+    async fn as_user(
+        Extension(authed): Extension<Authed>,
+        mut request: axum::extract::Request,
+        next: axum::middleware::Next,
+    ) -> axum::response::Response {
+        let user = authed.user(None).unwrap_or_else(|_| "default".to_string());
+        request
+            .extensions_mut()
+            .insert(crate::server::mcp::McpUser(user));
+        next.run(request).await
+    }
+    Router::new()
+        .fallback_service(crate::server::mcp::streamable_http(state.manager.clone()))
+        .layer(axum::middleware::from_fn(as_user))
+}
+
 /// Every route behind the guard ([`auth::guard`]), with JSON fallbacks and the body limit.
 fn router(state: AppState) -> Router {
     Router::new()
@@ -265,6 +285,8 @@ fn router(state: AppState) -> Router {
         .route("/healthz", get(routes::healthz))
         .route("/metrics", get(routes::metrics))
         .route("/openapi.json", get(openapi::openapi_json))
+        // MCP over Streamable HTTP: the same tools as `sandpit mcp`, behind the same guard.
+        .nest_service("/mcp", mcp_service(&state))
         .fallback(errors::not_found)
         .method_not_allowed_fallback(errors::method_not_allowed)
         .layer(axum::extract::DefaultBodyLimit::max(BODY_LIMIT))

@@ -12,6 +12,10 @@ use super::routes::{
     __path_kill_session, __path_list_approvals, __path_list_sessions, __path_list_tool_calls,
     __path_metrics, ApprovalList, Health, Killed, Resolved, SessionList, ToolCallList,
 };
+use super::sse::{
+    ApprovalPending, ExecutionEnd, ExecutionError, ExecutionEvent, ExecutionStart, OutputChunk,
+    Stream, ToolNoticeEvent,
+};
 use crate::pipeline::approval::{ApprovalKind, ApprovalRequest, Decision};
 use crate::pipeline::tools::{ToolAnswer, ToolCallEvent};
 use crate::session::manager::SessionInfo;
@@ -65,7 +69,15 @@ use utoipa::OpenApi;
         crate::types::OutputFile,
         Health,
         ErrorBody,
-        ErrorDetail
+        ErrorDetail,
+        ExecutionEvent,
+        ExecutionStart,
+        OutputChunk,
+        Stream,
+        ApprovalPending,
+        ToolNoticeEvent,
+        ExecutionEnd,
+        ExecutionError
     )),
     modifiers(&BearerAuth),
     security(("bearer" = []))
@@ -108,5 +120,10 @@ mod tests {
         let v = serde_json::to_value(ApiDoc::openapi()).unwrap();
         assert!(v["paths"]["/v1/execute"]["post"].is_object());
         assert!(v["components"]["schemas"]["ExecRequest"].is_object());
+        // The event stream is described, so generated clients can stream.
+        let ok = &v["paths"]["/v1/execute"]["post"]["responses"]["200"]["content"];
+        assert!(ok["text/event-stream"]["schema"].is_object(), "{ok}");
+        assert!(ok["application/json"]["schema"].is_object(), "{ok}");
+        assert!(v["components"]["schemas"]["OutputChunk"]["properties"]["seq"].is_object());
     }
 }

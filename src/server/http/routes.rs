@@ -5,7 +5,7 @@
 //! [`super::openapi`]; `super::router` puts them all behind the guard).
 
 use super::errors::{ApiError, ErrorBody, JsonBody};
-use super::sse::{execute_sse, wants_sse};
+use super::sse::{execute_sse, wants_sse, ExecutionEvent};
 use super::users::Authed;
 use super::AppState;
 use crate::error::{Error, ErrorCode};
@@ -58,16 +58,19 @@ fn bad_query(e: QueryRejection) -> Response {
     path = "/v1/execute",
     request_body = ExecRequest,
     responses(
-        (status = 200, description = "The execution ran (or was blocked by the sandbox pipeline); \
-            with `Accept: text/event-stream` a stream of events `execution_start`, \
-            `output_chunk` {stream, data}, `approval_pending` {approval_id, kind, code, findings}, \
-            `tool_call` {call_id, name, arguments, user, session_id, created_at}, \
-            `tool_notice` {tool, command, user, session_id}, \
-            `execution_end` {result}, `execution_error` {error}",
-            body = ExecResult),
+        (status = 200, description = "The execution's result: it ran, or the analyzer, the \
+            approval step or the policy refused it before running (`status: blocked`, with \
+            `error.code` SECURITY_BLOCKED or POLICY_DENIED), as on MCP and the CLI. With \
+            `Accept: text/event-stream`, a stream of server-sent events (see ExecutionEvent: \
+            each has an `id`, 1, 2, 3, ...; `output_chunk.seq` orders stdout and stderr \
+            together), ending in `execution_end` {result} or `execution_error` {error}",
+            content(
+                (ExecResult = "application/json"),
+                (ExecutionEvent = "text/event-stream")
+            )),
         (status = 400, description = "Invalid request", body = ErrorBody),
         (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
-        (status = 403, description = "Refused by policy, analyzer, session owner or Host check", body = ErrorBody),
+        (status = 403, description = "The session belongs to another user, the token's user is not the request's, or the Host/Origin check failed", body = ErrorBody),
         (status = 404, description = "Session not found", body = ErrorBody),
         (status = 409, description = "Session runs another language", body = ErrorBody),
         (status = 413, description = "Body larger than 10 MiB", body = ErrorBody),

@@ -1,21 +1,97 @@
 //! `POST /v1/execute` with `Accept: text/event-stream`: one execution as server-sent events,
-//! `execution_start`, `output_chunk` {stream, data} as the output arrives, `approval_pending`
-//! when it waits for an operator, `tool_call` when the code calls an `http` tool (answer it at
-//! `POST /v1/tool_calls/{call_id}`), `tool_notice` when a `host_exec` command on a notify list
-//! ran, then `execution_end` {result} or `execution_error` {error}.
+//! `execution_start`, `output_chunk` {seq, stream, data} as the output arrives,
+//! `approval_pending` when it waits for an operator, `tool_call` when the code calls an `http`
+//! tool (answer it at `POST /v1/tool_calls/{call_id}`), `tool_notice` when a `host_exec` command
+//! on a notify list ran, then `execution_end` {result} (also for a blocked execution: its
+//! result says `status: blocked`) or `execution_error` {error}.
+//! Every event has an `id`, 1, 2, 3, ... in the order sent; `output_chunk.seq` numbers the
+//! chunks of stdout and stderr together in the order sandpit read them, so a client can
+//! interleave the two streams. [`ExecutionEvent`] describes them in the OpenAPI document.
 //! A client that disconnects interrupts its cell (the session keeps its state).
 
+use super::errors::ErrorDetail;
 use super::AppState;
 use crate::pipeline::approval::{ApprovalRequest, Approver, Decision, PendingApprovals};
 use crate::pipeline::tools::{PendingToolCalls, ToolCallEvent, ToolFrontend, ToolNotice};
 use crate::session::manager::Via;
 use crate::session::{OutputEvent, StreamKind};
-use crate::types::ExecRequest;
+use crate::types::{ExecRequest, ExecResult, Language};
 use axum::http::{header, HeaderMap};
 use axum::response::sse::{Event, KeepAlive, Sse};
+use serde::Serialize;
 use std::convert::Infallible;
 use std::sync::Arc;
 use tokio::sync::mpsc;
+
+/// The events of a streamed execution, as `event:` name and JSON `data:` (this enum is the
+/// OpenAPI description of the stream; each variant is one event's name and data).
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(tag = "event", content = "data", rename_all = "snake_case")]
+#[allow(dead_code)] // documentation of the stream: built field by field below
+pub(super) enum ExecutionEvent {
+    ExecutionStart(ExecutionStart),
+    OutputChunk(OutputChunk),
+    ApprovalPending(ApprovalPending),
+    ToolCall(ToolCallEvent),
+    ToolNotice(ToolNoticeEvent),
+    ExecutionEnd(ExecutionEnd),
+    ExecutionError(ExecutionError),
+}
+
+/// `execution_start`: the request was accepted.
+#[derive(Serialize, utoipa::ToSchema)]
+pub(super) struct ExecutionStart {
+    pub session_id: Option<String>,
+    pub language: Language,
+}
+
+/// Which stream a chunk of output came from.
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// `output_chunk`: output as it arrives.
+#[derive(Serialize, utoipa::ToSchema)]
+pub(super) struct OutputChunk {
+    /// 1, 2, 3, ... over stdout and stderr together, in the order sandpit read them.
+    pub seq: u64,
+    pub stream: Stream,
+    /// The bytes as UTF-8 (invalid sequences replaced).
+    pub data: String,
+}
+
+/// `approval_pending`: the execution waits for `POST /v1/approvals/{approval_id}`.
+#[derive(Serialize, utoipa::ToSchema)]
+pub(super) struct ApprovalPending {
+    pub approval_id: String,
+    pub kind: crate::pipeline::approval::ApprovalKind,
+    pub code: String,
+    pub findings: Vec<String>,
+}
+
+/// `tool_notice`: a `host_exec` command on a notify list ran.
+#[derive(Serialize, utoipa::ToSchema)]
+pub(super) struct ToolNoticeEvent {
+    pub tool: String,
+    pub command: String,
+    pub user: String,
+    pub session_id: Option<String>,
+}
+
+/// `execution_end`: the result (any status, `blocked` included).
+#[derive(Serialize, utoipa::ToSchema)]
+pub(super) struct ExecutionEnd {
+    pub result: ExecResult,
+}
+
+/// `execution_error`: the execution could not run (the error an HTTP status would carry).
+#[derive(Serialize, utoipa::ToSchema)]
+pub(super) struct ExecutionError {
+    pub error: ErrorDetail,
+}
 
 /// True if the client asked for an event stream.
 pub(super) fn wants_sse(headers: &HeaderMap) -> bool {
@@ -26,18 +102,18 @@ pub(super) fn wants_sse(headers: &HeaderMap) -> bool {
         .any(|v| v.to_ascii_lowercase().contains("text/event-stream"))
 }
 
-fn chunk_event(ev: OutputEvent) -> Event {
-    let stream = match ev.stream {
-        StreamKind::Stdout => "stdout",
-        StreamKind::Stderr => "stderr",
+fn chunk_event(seq: u64, ev: OutputEvent) -> Event {
+    let chunk = OutputChunk {
+        seq,
+        stream: match ev.stream {
+            StreamKind::Stdout => Stream::Stdout,
+            StreamKind::Stderr => Stream::Stderr,
+        },
+        data: String::from_utf8_lossy(&ev.data).into_owned(),
     };
-    let data = serde_json::json!({
-        "stream": stream,
-        "data": String::from_utf8_lossy(&ev.data),
-    });
     Event::default()
         .event("output_chunk")
-        .data(data.to_string())
+        .data(serde_json::to_string(&chunk).unwrap_or_default())
 }
 
 /// Runs `req` and streams it as events.
@@ -46,14 +122,14 @@ pub(super) fn execute_sse(
     req: ExecRequest,
 ) -> Sse<impl futures_util::Stream<Item = Result<Event, Infallible>>> {
     let (tx, rx) = mpsc::unbounded_channel::<Event>();
-    let start = serde_json::json!({
-        "session_id": req.session_id,
-        "language": req.language,
-    });
+    let start = ExecutionStart {
+        session_id: req.session_id.clone(),
+        language: req.language,
+    };
     let _ = tx.send(
         Event::default()
             .event("execution_start")
-            .data(start.to_string()),
+            .data(serde_json::to_string(&start).unwrap_or_default()),
     );
     tokio::spawn(async move {
         let (otx, mut orx) = mpsc::unbounded_channel::<OutputEvent>();
@@ -82,36 +158,49 @@ pub(super) fn execute_sse(
         };
         let run = state.manager.execute_via(req, Some(otx), via);
         tokio::pin!(run);
+        let mut seq = 0u64;
         let result = loop {
             tokio::select! {
                 biased;
-                Some(ev) = orx.recv() => { let _ = tx.send(chunk_event(ev)); }
+                Some(ev) = orx.recv() => { seq += 1; let _ = tx.send(chunk_event(seq, ev)); }
                 r = &mut run => break r,
             }
         };
         watcher.abort();
         while let Ok(ev) = orx.try_recv() {
-            let _ = tx.send(chunk_event(ev));
+            seq += 1;
+            let _ = tx.send(chunk_event(seq, ev));
         }
         state.metrics.record(&result);
         let last = match result.failure() {
             Some(e) => {
-                let body = serde_json::json!({ "error": { "code": e.code, "message": e.message } });
+                let body = ExecutionError {
+                    error: ErrorDetail {
+                        code: serde_json::to_value(e.code)
+                            .ok()
+                            .and_then(|v| v.as_str().map(str::to_string))
+                            .unwrap_or_default(),
+                        message: e.message.clone(),
+                    },
+                };
                 Event::default()
                     .event("execution_error")
-                    .data(body.to_string())
+                    .data(serde_json::to_string(&body).unwrap_or_default())
             }
             None => {
-                let body = serde_json::json!({ "result": result });
+                let body = ExecutionEnd { result };
                 Event::default()
                     .event("execution_end")
-                    .data(body.to_string())
+                    .data(serde_json::to_string(&body).unwrap_or_default())
             }
         };
         let _ = tx.send(last);
     });
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|ev| (Ok::<_, Infallible>(ev), rx))
+    // Ids in the order the events leave, whichever task made them.
+    let stream = futures_util::stream::unfold((rx, 0u64), |(mut rx, n)| async move {
+        rx.recv()
+            .await
+            .map(|ev| (Ok::<_, Infallible>(ev.id((n + 1).to_string())), (rx, n + 1)))
     });
     Sse::new(stream).keep_alive(KeepAlive::default())
 }
@@ -125,16 +214,16 @@ struct AnnouncingApprover {
 
 impl Approver for AnnouncingApprover {
     fn decide(&self, request: ApprovalRequest) -> futures_util::future::BoxFuture<'_, Decision> {
-        let body = serde_json::json!({
-            "approval_id": request.id,
-            "kind": request.kind,
-            "code": request.code,
-            "findings": request.findings,
-        });
+        let body = ApprovalPending {
+            approval_id: request.id.clone(),
+            kind: request.kind,
+            code: request.code.clone(),
+            findings: request.findings.clone(),
+        };
         let _ = self.events.send(
             Event::default()
                 .event("approval_pending")
-                .data(body.to_string()),
+                .data(serde_json::to_string(&body).unwrap_or_default()),
         );
         self.pending.decide(request)
     }

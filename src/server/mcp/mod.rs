@@ -1,25 +1,73 @@
 //! `sandpit mcp`: the MCP server on stdio (`interface.md` §4).
 //!
-//! Built on the official Rust SDK (`rmcp`), with [`ServerHandler`] implemented by hand: three
-//! tools (`execute_code`, `list_sessions`, `kill_session`) whose input schemas are derived from
-//! [`ExecRequest`]. stdout carries only the protocol; logs go to stderr. MCP over stdio has one
-//! client, so every call runs as the user `default`.
+//! Built on the official Rust SDK (`rmcp`), with [`ServerHandler`] implemented by hand: the
+//! tools of [`catalog`] (`execute_code`, the session and file tools), each with an input and an
+//! output schema; every `execute_code` call returns an `ExecResult` as `structuredContent`
+//! (argument errors included), a text for a model ([`text`]) and the JSON itself; live output
+//! goes out as progress notifications when the client sends a `progressToken`. stdout carries
+//! only the protocol; logs go to stderr. MCP over stdio has one client, so every call runs as
+//! the user `default`.
+
+mod catalog;
+mod text;
 
 use crate::pipeline::approval::{ApprovalRequest, Approver, Decision};
 use crate::session::manager::{SessionManager, Via};
+use crate::session::{OutputEvent, StreamKind};
 use crate::types::{ExecRequest, ExecResult, Status};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, CustomRequest,
     CustomResult, ErrorCode, Implementation, JsonObject, ListToolsResult, PaginatedRequestParams,
-    ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    ProgressNotificationParam, ProgressToken, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::{ElicitationMode, Peer, RequestContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{json, Value};
 use std::sync::Arc;
 
-/// The only user of an MCP-over-stdio server.
+/// The only user of an MCP-over-stdio server, and of MCP over HTTP without per-user tokens.
 const MCP_USER: &str = "default";
+
+/// The user an MCP request over HTTP acts as: the HTTP server puts it in the request's
+/// extensions from the bearer token (per-user tokens), before the request reaches
+/// [`streamable_http`]. Without it, calls run as `default`.
+#[derive(Debug, Clone)]
+pub struct McpUser(pub String);
+
+/// The same MCP server over Streamable HTTP, for `sandpit serve` to mount at `/mcp` behind its
+/// own guard (bearer token, Host and Origin checks, body limit): the Host check is the HTTP
+/// server's, so the transport's own is off here. Sessions follow the transport's
+/// `Mcp-Session-Id`; each call acts as the request's [`McpUser`].
+pub fn streamable_http(
+    manager: Arc<SessionManager>,
+) -> rmcp::transport::streamable_http_server::StreamableHttpService<
+    SandpitMcp,
+    rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
+> {
+    use rmcp::transport::streamable_http_server::{
+        session::local::LocalSessionManager, StreamableHttpServerConfig, StreamableHttpService,
+    };
+    let config = StreamableHttpServerConfig::default().with_allowed_hosts(Vec::<String>::new());
+    StreamableHttpService::new(
+        move || {
+            Ok(SandpitMcp {
+                manager: manager.clone(),
+            })
+        },
+        Arc::new(LocalSessionManager::default()),
+        config,
+    )
+}
+
+/// The user of a call: the HTTP request's [`McpUser`], else `default` (stdio).
+fn caller(context: &RequestContext<RoleServer>) -> String {
+    context
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<McpUser>())
+        .map(|u| u.0.clone())
+        .unwrap_or_else(|| MCP_USER.to_string())
+}
 
 /// The arguments `execute_code` accepts (a subset of [`ExecRequest`]'s fields).
 const EXECUTE_ARGS: &[&str] = &[
@@ -63,7 +111,7 @@ pub async fn serve(manager: Arc<SessionManager>) -> crate::Result<()> {
 }
 
 /// The MCP handler: a thin adapter over the shared [`SessionManager`].
-struct SandpitMcp {
+pub struct SandpitMcp {
     manager: Arc<SessionManager>,
 }
 
@@ -85,15 +133,9 @@ impl ServerHandler for SandpitMcp {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let mut all = tools();
-        // The host tools the code itself can call, so that a model writes code that uses them.
-        if let Some(note) = crate::pipeline::tools::describe_for_models(self.manager.policy()) {
-            if let Some(t) = all.iter_mut().find(|t| t.name == "execute_code") {
-                let text = format!("{}{note}", t.description.as_deref().unwrap_or_default());
-                t.description = Some(text.into());
-            }
-        }
-        Ok(ListToolsResult::with_all_items(all))
+        Ok(ListToolsResult::with_all_items(catalog::tools(
+            &self.facts(),
+        )))
     }
 
     async fn call_tool(
@@ -102,16 +144,18 @@ impl ServerHandler for SandpitMcp {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let args = request.arguments.unwrap_or_default();
+        let user = caller(&context);
         let result = match request.name.as_ref() {
             "execute_code" => {
                 let cancelled = context.ct.clone().cancelled_owned();
-                self.execute_code(args, context.peer.clone(), cancelled)
+                let progress = context.meta.get_progress_token();
+                self.execute_code(&user, args, context.peer.clone(), cancelled, progress)
                     .await
             }
-            "list_sessions" => self.list_sessions(args).await,
-            "kill_session" => self.kill_session(args).await,
+            "list_sessions" => self.list_sessions(&user, args).await,
+            "kill_session" => self.kill_session(&user, args).await,
             "list_files" | "read_file" | "write_file" => {
-                self.file_tool(request.name.as_ref(), args).await
+                self.file_tool(&user, request.name.as_ref(), args).await
             }
             other => {
                 return Err(McpError::invalid_params(
@@ -235,17 +279,30 @@ fn decision_from_elicitation(
 }
 
 impl SandpitMcp {
+    /// What the tool descriptions state, from the live policy.
+    fn facts(&self) -> catalog::Facts {
+        catalog::Facts::new(
+            self.manager.policy(),
+            self.manager.config().idle_ttl,
+            self.manager.backend_name(),
+        )
+    }
+
     /// `cancelled` completes when the client sends `notifications/cancelled` for this call: the
-    /// running cell is then interrupted (the session keeps its state).
+    /// running cell is then interrupted (the session keeps its state). With a `progress` token,
+    /// output goes to the client as it arrives, one progress notification per chunk (its
+    /// `message` the text, stderr labelled), all before the result.
     async fn execute_code(
         &self,
+        user: &str,
         args: JsonObject,
         peer: Peer<RoleServer>,
         cancelled: impl std::future::Future<Output = ()> + Send + 'static,
+        progress: Option<ProgressToken>,
     ) -> CallToolResult {
-        let req = match exec_request(args) {
+        let req = match exec_request(args.clone(), user) {
             Ok(req) => req,
-            Err(message) => return invalid_arguments("execute_code", &message),
+            Err(message) => return self.refused(&args, &message),
         };
         tracing::debug!(language = %req.language, session = ?req.session_id, "execute_code");
         let cancel = Arc::new(tokio::sync::Notify::new());
@@ -256,6 +313,16 @@ impl SandpitMcp {
                 cancel.notify_one();
             })
         };
+        let (output, forwarder) = match progress {
+            Some(token) => {
+                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                (
+                    Some(tx),
+                    Some(tokio::spawn(forward_output(peer.clone(), token, rx))),
+                )
+            }
+            None => (None, None),
+        };
         let via = Via {
             interface: "mcp",
             approver: Some(Arc::new(ElicitingApprover { peer: peer.clone() })),
@@ -263,29 +330,38 @@ impl SandpitMcp {
             workspace: None,
             tools: Some(Arc::new(McpToolFrontend { peer })),
         };
-        let result = self.manager.execute_via(req, None, via).await;
+        let result = self.manager.execute_via(req, output, via).await;
         watcher.abort();
-        let text = render_result(&result);
-        let structured = match serde_json::to_value(&result) {
-            Ok(v) => v,
-            Err(e) => {
-                return tool_error(
-                    format!("internal error: the result could not be serialized: {e}"),
-                    None,
-                )
-            }
-        };
-        let mut out = CallToolResult::success(vec![ContentBlock::text(text)]);
-        out.structured_content = Some(structured);
-        out.is_error = Some(result.status != Status::Ok);
-        out
+        if let Some(forwarder) = forwarder {
+            // The manager has dropped its sender: the forwarder ends once it sent the rest.
+            let _ = forwarder.await;
+        }
+        exec_result(&result)
     }
 
-    async fn list_sessions(&self, args: JsonObject) -> CallToolResult {
+    /// An `ExecResult` for arguments that do not fit `execute_code`'s schema, so that every
+    /// call's structured content has the declared shape.
+    fn refused(&self, args: &JsonObject, message: &str) -> CallToolResult {
+        let language = args
+            .get("language")
+            .and_then(Value::as_str)
+            .and_then(crate::types::Language::parse)
+            .unwrap_or(self.manager.policy().defaults.language);
+        let e =
+            crate::Error::InvalidRequest(format!("invalid arguments for execute_code: {message}"));
+        let mut r = ExecResult::from_error(language, self.manager.backend_name(), &e);
+        r.session_id = args
+            .get("session_id")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        exec_result(&r)
+    }
+
+    async fn list_sessions(&self, user: &str, args: JsonObject) -> CallToolResult {
         if let Err(message) = check_arg_names(&args, &[]) {
             return invalid_arguments("list_sessions", &message);
         }
-        let sessions = self.manager.list(MCP_USER).await;
+        let sessions = self.manager.list(user).await;
         let text = if sessions.is_empty() {
             "no sessions".to_string()
         } else {
@@ -312,7 +388,7 @@ impl SandpitMcp {
         out
     }
 
-    async fn kill_session(&self, args: JsonObject) -> CallToolResult {
+    async fn kill_session(&self, user: &str, args: JsonObject) -> CallToolResult {
         if let Err(message) = check_arg_names(&args, &["session_id"]) {
             return invalid_arguments("kill_session", &message);
         }
@@ -325,7 +401,7 @@ impl SandpitMcp {
                 return invalid_arguments("kill_session", "missing required argument `session_id`")
             }
         };
-        match self.manager.kill(MCP_USER, &id).await {
+        match self.manager.kill(user, &id).await {
             Ok(killed) => {
                 let text = if killed {
                     format!("session {id} killed")
@@ -346,7 +422,7 @@ impl SandpitMcp {
 
 impl SandpitMcp {
     /// `list_files`, `read_file`, `write_file`: the files API on a live session's workspace.
-    async fn file_tool(&self, tool: &str, args: JsonObject) -> CallToolResult {
+    async fn file_tool(&self, user: &str, tool: &str, args: JsonObject) -> CallToolResult {
         let allowed: &[&str] = match tool {
             "list_files" => &["session_id", "dir"],
             "read_file" => &["session_id", "path"],
@@ -376,7 +452,7 @@ impl SandpitMcp {
         match tool {
             "list_files" => {
                 let dir = text_arg("dir", false).unwrap_or_default();
-                match self.manager.list_files(MCP_USER, &id, &dir).await {
+                match self.manager.list_files(user, &id, &dir).await {
                     Ok(files) => {
                         let text = if files.is_empty() {
                             "(empty)".to_string()
@@ -402,7 +478,7 @@ impl SandpitMcp {
                     Ok(p) => p,
                     Err(m) => return invalid_arguments(tool, &m),
                 };
-                match self.manager.read_file(MCP_USER, &id, &path).await {
+                match self.manager.read_file(user, &id, &path).await {
                     Ok(f) => {
                         let text = match f.encoding {
                             crate::types::Encoding::Utf8 => f.content.clone(),
@@ -438,7 +514,7 @@ impl SandpitMcp {
                     content,
                     encoding,
                 };
-                match self.manager.write_file(MCP_USER, &id, spec).await {
+                match self.manager.write_file(user, &id, spec).await {
                     Ok(size) => {
                         let mut out = CallToolResult::success(vec![ContentBlock::text(format!(
                             "wrote {path} ({size} bytes) in session {id}'s workspace"
@@ -454,14 +530,14 @@ impl SandpitMcp {
 }
 
 /// Builds the request from `execute_code`'s arguments, rejecting unknown names.
-fn exec_request(mut args: JsonObject) -> Result<ExecRequest, String> {
+fn exec_request(mut args: JsonObject, user: &str) -> Result<ExecRequest, String> {
     check_arg_names(&args, EXECUTE_ARGS)?;
     for required in ["language", "code"] {
         if !args.contains_key(required) {
             return Err(format!("missing required argument `{required}`"));
         }
     }
-    args.insert("user".to_string(), Value::String(MCP_USER.to_string()));
+    args.insert("user".to_string(), Value::String(user.to_string()));
     serde_json::from_value(Value::Object(args)).map_err(|e| e.to_string())
 }
 
@@ -486,6 +562,52 @@ fn check_arg_names(args: &JsonObject, allowed: &[&str]) -> Result<(), String> {
     ))
 }
 
+/// A result as MCP returns it: the text for a model first, the `ExecResult` as
+/// `structuredContent` and, as the specification asks for backwards compatibility, its JSON as
+/// a second text block; `isError` when the status is not `ok`.
+fn exec_result(result: &ExecResult) -> CallToolResult {
+    let structured = match serde_json::to_value(result) {
+        Ok(v) => v,
+        Err(e) => {
+            return tool_error(
+                format!("internal error: the result could not be serialized: {e}"),
+                None,
+            )
+        }
+    };
+    let mut out = CallToolResult::success(vec![
+        ContentBlock::text(text::render(result)),
+        ContentBlock::text(structured.to_string()),
+    ]);
+    out.structured_content = Some(structured);
+    out.is_error = Some(result.status != Status::Ok);
+    out
+}
+
+/// Sends each chunk of output as a progress notification until the execution drops its
+/// sender.
+async fn forward_output(
+    peer: Peer<RoleServer>,
+    token: ProgressToken,
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<OutputEvent>,
+) {
+    let mut n = 0u64;
+    while let Some(ev) = rx.recv().await {
+        n += 1;
+        let text = String::from_utf8_lossy(&ev.data);
+        let message = match ev.stream {
+            StreamKind::Stdout => text.into_owned(),
+            StreamKind::Stderr => format!("[stderr] {text}"),
+        };
+        let mut params = ProgressNotificationParam::new(token.clone(), n as f64);
+        params.message = Some(message);
+        if let Err(e) = peer.notify_progress(params).await {
+            tracing::debug!(error = %e, "could not send live output to the MCP client");
+            return;
+        }
+    }
+}
+
 /// An `isError` result for arguments that do not fit the tool's schema.
 fn invalid_arguments(tool: &str, message: &str) -> CallToolResult {
     let message = format!("invalid arguments for {tool}: {message}");
@@ -499,247 +621,52 @@ fn tool_error(text: String, structured: Option<Value>) -> CallToolResult {
     out
 }
 
-/// The compact text a model reads: stdout, labelled stderr, exit code, notices, the error, the
-/// exception and the `result` value.
-fn render_result(r: &ExecResult) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    if !r.stdout.is_empty() {
-        parts.push(r.stdout.trim_end_matches('\n').to_string());
-    }
-    if !r.stderr.is_empty() {
-        parts.push(format!("stderr:\n{}", r.stderr.trim_end_matches('\n')));
-    }
-    if let Some(code) = r.exit_code.filter(|c| *c != 0) {
-        parts.push(format!("exit code: {code}"));
-    }
-    match r.status {
-        Status::Timeout => parts.push("status: timeout (the execution was stopped)".to_string()),
-        Status::Killed => parts.push("status: killed (a limit or a signal ended it)".to_string()),
-        Status::Blocked => parts.push("status: blocked (refused before running)".to_string()),
-        Status::Ok | Status::Error => {}
-    }
-    if r.truncated {
-        parts.push("[output truncated: a stream exceeded the output limit]".to_string());
-    }
-    if r.session_restarted {
-        parts.push("[the session was restarted: earlier state is lost]".to_string());
-    }
-    if let Some(err) = &r.error {
-        let code = serde_json::to_value(err.code)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default();
-        parts.push(format!("error ({code}): {}", err.message));
-    }
-    if let Some(exc) = &r.exception {
-        if exc.message.is_empty() {
-            parts.push(exc.kind.clone());
-        } else {
-            parts.push(format!("{}: {}", exc.kind, exc.message));
-        }
-    }
-    if let Some(value) = r.result.as_ref().filter(|v| !v.is_null()) {
-        parts.push(format!("result = {value}"));
-    }
-    if parts.is_empty() {
-        "(no output)".to_string()
-    } else {
-        parts.join("\n")
-    }
-}
-
-fn schema(value: Value) -> JsonObject {
-    match value {
-        Value::Object(map) => map,
-        _ => JsonObject::new(),
-    }
-}
-
-/// The three tools and their input schemas (derived from [`ExecRequest`]).
-fn tools() -> Vec<Tool> {
-    let execute = schema(json!({
-        "type": "object",
-        "properties": {
-            "language": {
-                "type": "string",
-                "enum": ["python", "javascript", "bash"],
-                "description": "The language of `code` (aliases accepted: py, js, node, sh, shell)."
-            },
-            "code": { "type": "string", "description": "The code to run." },
-            "session_id": {
-                "type": "string",
-                "description": "A persistent session: created on first use, reused after (variables and files survive). Omit for a one-off run."
-            },
-            "timeout_ms": {
-                "type": "integer",
-                "minimum": 100,
-                "maximum": 300000,
-                "default": 30000,
-                "description": "Wall-clock limit for this execution."
-            },
-            "input_data": {
-                "type": "object",
-                "description": "python/javascript: each key becomes a global variable; bash: an environment variable."
-            },
-            "files": {
-                "type": "array",
-                "description": "Files written into the workspace before the code runs.",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "path": { "type": "string", "description": "Relative to the workspace." },
-                        "content": { "type": "string" },
-                        "encoding": { "type": "string", "enum": ["utf8", "base64"], "default": "utf8" }
-                    },
-                    "required": ["path", "content"],
-                    "additionalProperties": false
-                }
-            },
-            "output_files": {
-                "type": "array",
-                "items": { "type": "string" },
-                "description": "Workspace paths read back after the run."
-            },
-            "packages": {
-                "type": "array",
-                "items": { "type": "string" },
-                "description": "pip / npm packages to install into the session before running."
-            }
-        },
-        "required": ["language", "code"],
-        "additionalProperties": false
-    }));
-    let list = schema(json!({
-        "type": "object",
-        "properties": {},
-        "additionalProperties": false
-    }));
-    let kill = schema(json!({
-        "type": "object",
-        "properties": {
-            "session_id": { "type": "string", "description": "The session to kill." }
-        },
-        "required": ["session_id"],
-        "additionalProperties": false
-    }));
-    vec![
-        Tool::new(
-            "execute_code",
-            "Run Python, JavaScript or bash code in a sandbox and return stdout, stderr, the \
-             exit code, any exception and the value of a variable named `result`.",
-            execute,
-        )
-        .with_title("Execute code")
-        .with_annotations(
-            ToolAnnotations::new()
-                .read_only(false)
-                .destructive(false)
-                .idempotent(false)
-                .open_world(false),
-        ),
-        Tool::new(
-            "list_sessions",
-            "List your persistent sessions with their language, state and usage.",
-            list,
-        )
-        .with_title("List sessions")
-        .with_annotations(ToolAnnotations::new().read_only(true)),
-        Tool::new(
-            "list_files",
-            "List the files of a live session's workspace (the code's working directory), or of \
-             a directory in it.",
-            schema(json!({
-                "type": "object",
-                "properties": {
-                    "session_id": { "type": "string", "description": "A live session." },
-                    "dir": { "type": "string", "description": "A directory relative to the workspace (default: the workspace)." }
-                },
-                "required": ["session_id"],
-                "additionalProperties": false
-            })),
-        )
-        .with_title("List files")
-        .with_annotations(ToolAnnotations::new().read_only(true)),
-        Tool::new(
-            "read_file",
-            "Read one file of a live session's workspace (at most 10 MiB; text as is, binary \
-             as base64 in the structured content).",
-            schema(json!({
-                "type": "object",
-                "properties": {
-                    "session_id": { "type": "string", "description": "A live session." },
-                    "path": { "type": "string", "description": "Relative to the workspace." }
-                },
-                "required": ["session_id", "path"],
-                "additionalProperties": false
-            })),
-        )
-        .with_title("Read file")
-        .with_annotations(ToolAnnotations::new().read_only(true)),
-        Tool::new(
-            "write_file",
-            "Write one file into a live session's workspace (parents created, an existing file \
-             replaced), for the session's next cells to use.",
-            schema(json!({
-                "type": "object",
-                "properties": {
-                    "session_id": { "type": "string", "description": "A live session." },
-                    "path": { "type": "string", "description": "Relative to the workspace." },
-                    "content": { "type": "string" },
-                    "encoding": { "type": "string", "enum": ["utf8", "base64"], "default": "utf8" }
-                },
-                "required": ["session_id", "path", "content"],
-                "additionalProperties": false
-            })),
-        )
-        .with_title("Write file")
-        .with_annotations(
-            ToolAnnotations::new()
-                .read_only(false)
-                .destructive(false)
-                .idempotent(true)
-                .open_world(false),
-        ),
-        Tool::new(
-            "kill_session",
-            "Kill a persistent session and free its sandbox; its state is lost.",
-            kill,
-        )
-        .with_title("Kill session")
-        .with_annotations(
-            ToolAnnotations::new()
-                .read_only(false)
-                .destructive(true)
-                .idempotent(true),
-        ),
-    ]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    fn args(v: Value) -> JsonObject {
+        catalog::object(v)
+    }
 
     #[test]
     fn exec_request_rejects_unknown_and_missing_arguments() {
-        let args = schema(json!({"language": "py", "code": "1", "bogus": 1}));
-        let err = exec_request(args).unwrap_err();
+        let err = exec_request(
+            args(json!({"language": "py", "code": "1", "bogus": 1})),
+            MCP_USER,
+        )
+        .unwrap_err();
         assert!(err.contains("bogus"), "{err}");
-        let args = schema(json!({"language": "py"}));
-        assert!(exec_request(args).unwrap_err().contains("`code`"));
-        let args = schema(json!({"language": "py", "code": "1", "user": "x"}));
-        assert!(exec_request(args).unwrap_err().contains("user"));
-        let args = schema(json!({"language": "js", "code": "1", "session_id": "a"}));
-        let req = exec_request(args).unwrap();
+        assert!(exec_request(args(json!({"language": "py"})), MCP_USER)
+            .unwrap_err()
+            .contains("`code`"));
+        let err = exec_request(
+            args(json!({"language": "py", "code": "1", "user": "x"})),
+            MCP_USER,
+        )
+        .unwrap_err();
+        assert!(err.contains("user"));
+        let req = exec_request(
+            args(json!({"language": "js", "code": "1", "session_id": "a"})),
+            MCP_USER,
+        )
+        .unwrap();
         assert_eq!(req.user, "default");
         assert_eq!(req.session_id.as_deref(), Some("a"));
     }
 
     #[test]
-    fn tools_have_object_schemas() {
-        let tools = tools();
-        assert_eq!(tools.len(), 6);
-        for t in tools {
-            assert_eq!(t.input_schema.get("type"), Some(&json!("object")));
-        }
+    fn a_result_carries_text_structure_and_json() {
+        let e = crate::Error::InvalidRequest("nope".into());
+        let r = ExecResult::from_error(crate::types::Language::Bash, "linux", &e);
+        let out = exec_result(&r);
+        assert_eq!(out.is_error, Some(true));
+        let structured = out.structured_content.clone().unwrap();
+        assert_eq!(structured["status"], "error");
+        assert_eq!(structured["error"]["code"], "INVALID_REQUEST");
+        assert_eq!(out.content.len(), 2);
+        let second = out.content[1].as_text().unwrap().text.clone();
+        assert_eq!(serde_json::from_str::<Value>(&second).unwrap(), structured);
     }
 }

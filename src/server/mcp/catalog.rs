@@ -1,0 +1,383 @@
+//! The tools `sandpit mcp` offers: names, descriptions written for a model from the live policy,
+//! input schemas (from [`ExecRequest`]'s rules) and output schemas (generated from the wire
+//! types, so every `structuredContent` validates against what `tools/list` declared).
+
+use crate::policy::Policy;
+use crate::server::json_schema::json_schema_of;
+use crate::session::files::MAX_OUTPUT_FILE_BYTES;
+use crate::types::{ExecResult, Language};
+use rmcp::model::{JsonObject, Tool, ToolAnnotations};
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What the descriptions state about this server, read from its policy and manager settings.
+pub(super) struct Facts {
+    pub timeout_ms: u64,
+    pub timeout_max_ms: u64,
+    pub output_bytes: u64,
+    pub network: bool,
+    pub idle_ttl: Duration,
+    pub backend: &'static str,
+    /// The host tools the code may call (`pipeline::tools::describe_for_models`), if any.
+    pub host_tools: Option<String>,
+}
+
+impl Facts {
+    pub fn new(policy: &Policy, idle_ttl: Duration, backend: &'static str) -> Facts {
+        Facts {
+            timeout_ms: policy.defaults.timeout_ms,
+            timeout_max_ms: policy.limits.timeout_max_ms,
+            output_bytes: policy.limits.output_bytes,
+            network: policy.network.allow,
+            idle_ttl,
+            backend,
+            host_tools: crate::pipeline::tools::describe_for_models(policy),
+        }
+    }
+}
+
+pub(super) fn object(value: Value) -> JsonObject {
+    match value {
+        Value::Object(map) => map,
+        _ => JsonObject::new(),
+    }
+}
+
+/// `{error: {code, message}}`, what the session and file tools return when they fail.
+fn error_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "code": { "type": "string", "description": "An API error code, e.g. NOT_FOUND or INVALID_REQUEST." },
+            "message": { "type": "string" }
+        },
+        "required": ["code", "message"]
+    })
+}
+
+/// An output schema: `properties` on success, or `{error}` (with `isError: true`) on failure.
+fn result_or_error(properties: Value, required: &[&str]) -> JsonObject {
+    object(json!({
+        "type": "object",
+        "properties": {
+            "error": error_schema(),
+        },
+        "anyOf": [
+            { "properties": properties, "required": required },
+            { "required": ["error"] }
+        ]
+    }))
+}
+
+fn kib(bytes: u64) -> String {
+    if bytes >= 1024 * 1024 && bytes % (1024 * 1024) == 0 {
+        format!("{} MiB", bytes / (1024 * 1024))
+    } else if bytes >= 1024 {
+        format!("{} KiB", bytes / 1024)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
+/// What a model needs to know to use `execute_code` well, from the live settings.
+pub(super) fn execute_description(f: &Facts) -> String {
+    let network = if f.network {
+        "The sandbox has no network unless the operator's policy allows it; `packages` installs with pip or npm (the operator allows network)."
+    } else {
+        "The sandbox has no network at all, and `packages` is refused (this server's policy has network off): use the standard library and what the interpreter already has."
+    };
+    let mut s = format!(
+        "Run Python, JavaScript (Node.js) or bash code in an isolated sandbox ({backend} backend) and get back stdout, stderr, the exit code, a structured exception with its traceback, \
+         and a value: a variable named `result`, else the value of the last expression (Python and JavaScript), as JSON.\n\
+         - Sessions: pass a `session_id` (letters, digits, '-', '_', '.') to keep variables, imports and files between calls; one language per session; a session unused for {idle} s is deleted. \
+         Without `session_id` the run is throwaway: nothing persists, and the result's `session_id` is null.\n\
+         - The working directory is /workspace. `files` writes files there first; `output_files` reads files back after the run (at most {file_cap} each, text as is, binary as base64).\n\
+         - Time: {timeout} s by default (`timeout_ms`, at most {max} s); a timeout interrupts the code and keeps the session.\n\
+         - Output: each of stdout and stderr keeps at most {out} (head and tail; the rest is dropped and `truncated` is set).\n\
+         - stdin is empty: `input()` raises EOFError, `read` gets end of file.\n\
+         - {network}",
+        backend = f.backend,
+        idle = f.idle_ttl.as_secs(),
+        file_cap = kib(MAX_OUTPUT_FILE_BYTES),
+        timeout = f.timeout_ms / 1000,
+        max = f.timeout_max_ms / 1000,
+        out = kib(f.output_bytes),
+    );
+    if let Some(tools) = &f.host_tools {
+        s.push_str(tools);
+    }
+    s
+}
+
+/// Every tool with its schemas.
+pub(super) fn tools(f: &Facts) -> Vec<Tool> {
+    let languages: Vec<&str> = Language::ALL
+        .iter()
+        .map(|l| l.as_str())
+        .chain(Language::ALIASES.iter().copied())
+        .collect();
+    let execute = object(json!({
+        "type": "object",
+        "properties": {
+            "language": {
+                "type": "string",
+                "enum": languages,
+                "description": "The language of `code`: python, javascript or bash (aliases accepted)."
+            },
+            "code": { "type": "string", "description": "The code to run." },
+            "session_id": {
+                "type": "string",
+                "pattern": "^[A-Za-z0-9._-]{1,128}$",
+                "description": "A persistent session: created on first use, reused after (variables and files survive). Omit for a throwaway run."
+            },
+            "timeout_ms": {
+                "type": "integer",
+                "minimum": 100,
+                "maximum": f.timeout_max_ms,
+                "default": f.timeout_ms,
+                "description": "Wall-clock limit for this execution."
+            },
+            "input_data": {
+                "type": "object",
+                "description": "python/javascript: each key becomes a global variable; bash: an environment variable."
+            },
+            "files": {
+                "type": "array",
+                "description": "Files written into /workspace before the code runs.",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "path": { "type": "string", "description": "Relative to /workspace." },
+                        "content": { "type": "string" },
+                        "encoding": { "type": "string", "enum": ["utf8", "base64"], "default": "utf8" }
+                    },
+                    "required": ["path", "content"],
+                    "additionalProperties": false
+                }
+            },
+            "output_files": {
+                "type": "array",
+                "items": { "type": "string" },
+                "description": "Paths relative to /workspace, read back after the run."
+            },
+            "packages": {
+                "type": "array",
+                "items": { "type": "string" },
+                "maxItems": 50,
+                "description": "pip (python) or npm (javascript) packages installed into the session before running; needs network, which the operator's policy decides."
+            }
+        },
+        "required": ["language", "code"],
+        "additionalProperties": false
+    }));
+    let exec_result = Arc::new(object(json_schema_of::<ExecResult>()));
+    let sessions = result_or_error(
+        json!({
+            "sessions": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "session_id": { "type": "string" },
+                        "language": { "type": "string" },
+                        "backend": { "type": "string" },
+                        "state": { "type": "string" },
+                        "created_at": { "type": "string" },
+                        "last_used_at": { "type": "string" },
+                        "execution_count": { "type": "integer" }
+                    },
+                    "required": ["session_id", "language", "backend", "state", "created_at", "last_used_at", "execution_count"]
+                }
+            }
+        }),
+        &["sessions"],
+    );
+    let killed = result_or_error(json!({ "killed": { "type": "boolean" } }), &["killed"]);
+    let files = result_or_error(
+        json!({
+            "files": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "path": { "type": "string" },
+                        "kind": { "type": "string" },
+                        "size": { "type": "integer" }
+                    },
+                    "required": ["path", "kind", "size"]
+                }
+            }
+        }),
+        &["files"],
+    );
+    let file = result_or_error(
+        json!({
+            "path": { "type": "string" },
+            "size": { "type": "integer" },
+            "content": { "type": "string" },
+            "encoding": { "type": "string", "enum": ["utf8", "base64"] }
+        }),
+        &["path", "size", "content", "encoding"],
+    );
+    let written = result_or_error(
+        json!({
+            "path": { "type": "string" },
+            "size": { "type": "integer" }
+        }),
+        &["path", "size"],
+    );
+    let session_arg = json!({ "type": "string", "pattern": "^[A-Za-z0-9._-]{1,128}$", "description": "A live session." });
+    vec![
+        Tool::new("execute_code", execute_description(f), execute)
+            .with_title("Execute code")
+            .with_raw_output_schema(exec_result)
+            .with_annotations(
+                ToolAnnotations::new()
+                    .read_only(false)
+                    .destructive(false)
+                    .idempotent(false)
+                    .open_world(false),
+            ),
+        Tool::new(
+            "list_sessions",
+            "List your persistent sessions with their language, state and usage.",
+            object(json!({ "type": "object", "properties": {}, "additionalProperties": false })),
+        )
+        .with_title("List sessions")
+        .with_raw_output_schema(Arc::new(sessions))
+        .with_annotations(ToolAnnotations::new().read_only(true)),
+        Tool::new(
+            "list_files",
+            "List the files of a live session's workspace (/workspace, the code's working directory), or of a directory in it.",
+            object(json!({
+                "type": "object",
+                "properties": {
+                    "session_id": session_arg,
+                    "dir": { "type": "string", "description": "A directory relative to /workspace (default: /workspace itself)." }
+                },
+                "required": ["session_id"],
+                "additionalProperties": false
+            })),
+        )
+        .with_title("List files")
+        .with_raw_output_schema(Arc::new(files))
+        .with_annotations(ToolAnnotations::new().read_only(true)),
+        Tool::new(
+            "read_file",
+            format!(
+                "Read one file of a live session's workspace (at most {}; text as is, binary as base64 in the structured content).",
+                kib(MAX_OUTPUT_FILE_BYTES)
+            ),
+            object(json!({
+                "type": "object",
+                "properties": {
+                    "session_id": session_arg,
+                    "path": { "type": "string", "description": "Relative to /workspace." }
+                },
+                "required": ["session_id", "path"],
+                "additionalProperties": false
+            })),
+        )
+        .with_title("Read file")
+        .with_raw_output_schema(Arc::new(file))
+        .with_annotations(ToolAnnotations::new().read_only(true)),
+        Tool::new(
+            "write_file",
+            "Write one file into a live session's workspace (parents created, an existing file replaced), for the session's next calls to use.",
+            object(json!({
+                "type": "object",
+                "properties": {
+                    "session_id": session_arg,
+                    "path": { "type": "string", "description": "Relative to /workspace." },
+                    "content": { "type": "string" },
+                    "encoding": { "type": "string", "enum": ["utf8", "base64"], "default": "utf8" }
+                },
+                "required": ["session_id", "path", "content"],
+                "additionalProperties": false
+            })),
+        )
+        .with_title("Write file")
+        .with_raw_output_schema(Arc::new(written))
+        .with_annotations(
+            ToolAnnotations::new()
+                .read_only(false)
+                .destructive(false)
+                .idempotent(true)
+                .open_world(false),
+        ),
+        Tool::new(
+            "kill_session",
+            "Kill a persistent session and free its sandbox; its state is lost.",
+            object(json!({
+                "type": "object",
+                "properties": { "session_id": session_arg },
+                "required": ["session_id"],
+                "additionalProperties": false
+            })),
+        )
+        .with_title("Kill session")
+        .with_raw_output_schema(Arc::new(killed))
+        .with_annotations(
+            ToolAnnotations::new()
+                .read_only(false)
+                .destructive(true)
+                .idempotent(true),
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts() -> Facts {
+        Facts::new(&Policy::default(), Duration::from_secs(600), "linux")
+    }
+
+    #[test]
+    fn every_tool_has_object_schemas_in_and_out() {
+        let tools = tools(&facts());
+        assert_eq!(tools.len(), 6);
+        for t in tools {
+            assert_eq!(
+                t.input_schema.get("type"),
+                Some(&json!("object")),
+                "{}",
+                t.name
+            );
+            let out = t.output_schema.as_ref().expect("output schema");
+            assert_eq!(out.get("type"), Some(&json!("object")), "{}", t.name);
+        }
+    }
+
+    #[test]
+    fn the_description_states_the_live_settings() {
+        let mut f = facts();
+        f.timeout_ms = 12_000;
+        f.idle_ttl = Duration::from_secs(77);
+        let d = execute_description(&f);
+        for needle in [
+            "12 s by default",
+            "77 s",
+            "/workspace",
+            "EOFError",
+            "no network",
+            "100 KiB",
+            "throwaway",
+            "10 MiB",
+        ] {
+            assert!(d.contains(needle), "{needle:?} missing from {d}");
+        }
+    }
+
+    #[test]
+    fn the_language_enum_takes_every_alias_the_server_accepts() {
+        let tools = tools(&facts());
+        let langs = &tools[0].input_schema["properties"]["language"]["enum"];
+        for alias in Language::ALIASES {
+            assert!(langs.as_array().unwrap().contains(&json!(alias)), "{alias}");
+            assert!(Language::parse(alias).is_some(), "{alias}");
+        }
+    }
+}
