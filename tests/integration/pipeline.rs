@@ -167,7 +167,7 @@ mod cases {
             .execute(
                 req(
                     Language::Python,
-                    "f = open('notes.txt', 'w')\nf.write('x')\nf.close()",
+                    "from pathlib import Path\nPath('notes.txt').write_text('x')",
                     None,
                 ),
                 None,
@@ -357,7 +357,11 @@ fn approval_decides_before_anything_runs() {
         assert_eq!(r.status, Status::Ok, "{r:?}");
         let r = m
             .execute_via(
-                req(Language::Python, "open('x.txt', 'w').write('1')", None),
+                req(
+                    Language::Python,
+                    "from pathlib import Path\nPath('x.txt').write_text('1')",
+                    None,
+                ),
                 None,
                 via(&deny),
             )
