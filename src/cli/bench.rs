@@ -613,6 +613,9 @@ async fn measure_backend(
     let be = backend::select(BackendChoice::Only(kind), policy, &helper).await?;
     let mut languages = Vec::new();
     for lang in Language::ALL {
+        if kind == BackendKind::Wasi && lang == Language::Bash {
+            continue; // WebAssembly has no bash
+        }
         let config = SessionConfig {
             language: lang,
             session_id: None,

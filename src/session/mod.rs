@@ -321,6 +321,10 @@ impl Session {
         }
         let code = match self.spec.language {
             Language::Python => format!("__import__('os').environ['SANDPIT_SESSION_ID'] = '{id}'"),
+            // QuickJS (WASI) has no `process`: its std module sets the environment.
+            Language::Javascript if self.backend.kind() == crate::backend::BackendKind::Wasi => {
+                format!("std.setenv('SANDPIT_SESSION_ID', '{id}');")
+            }
             Language::Javascript => format!("process.env.SANDPIT_SESSION_ID = '{id}';"),
             Language::Bash => format!("export SANDPIT_SESSION_ID='{id}'"),
         };
@@ -493,6 +497,9 @@ impl Session {
                 .layers
                 .as_ref()
                 .is_some_and(|l| l.namespaces.is_empty());
+        if let Some(notice) = self.backend.notice() {
+            self.weaker_notice = Some(notice);
+        }
         if fell_back {
             self.weaker_notice = Some("this sandbox runs without namespaces, because the host refused them: it sees host paths (cwd is the session's host directory) and relies on Landlock, seccomp and sandpit's waiter alone; `sandpit doctor` says why and what remains".into());
         }
@@ -977,6 +984,7 @@ impl Session {
                 user_interrupted: watched.user_interrupted,
                 disk_kill: after.disk_kill,
                 workspace_memory: after.workspace_memory,
+                interrupt_keeps_state: self.backend.interrupt_keeps_state(),
             },
             opts.timeout,
             self.spec.sandbox.limits.memory_mb,

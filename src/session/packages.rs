@@ -78,6 +78,9 @@ pub async fn install(
     } = target;
     let installer = installer_for(language)?;
     validate_packages(language, packages)?;
+    if let Some(why) = backend.no_packages() {
+        return Err(Error::InvalidRequest(why.into()));
+    }
     if !policy.network_allowed() {
         return Err(Error::PolicyDenied(format!(
             "installing {} needs network for the installer ({installer}), which the policy does not allow (network.allow = false); enable it with SANDPIT_NETWORK_ALLOW=true, or put the packages in the interpreter's environment or the sandbox image",

@@ -154,6 +154,9 @@ impl WarmPool {
             return;
         }
         for &language in &self.settings.languages {
+            if !self.backend.runs(language) {
+                continue; // bash on WASI: no sandbox to keep ready
+            }
             let config = self.pooled_config(language);
             let Some(key) = PoolKey::of(&config) else {
                 continue;

@@ -26,6 +26,28 @@ pub fn required_in_ci(backend: &str) -> bool {
         || (backend == "macos" && cfg!(target_os = "macos"))
         || backend == "unsandboxed"
         || (backend == "docker" && root && linux)
+        // Built in (the default feature): tests/run-all.sh installs its runtimes for every user
+        // the suite runs as.
+        || (backend == "wasi" && cfg!(feature = "wasi"))
+}
+
+/// Says why a case (or part of one) does not apply on `ctx`'s backend, and whether it does
+/// not: WASI runs no bash, no processes and no native code of the guest's own. Every such skip
+/// is printed, never silent.
+pub fn not_on_wasi(ctx: &Ctx, reason: &str) -> bool {
+    if ctx.kind() == BackendKind::Wasi {
+        eprintln!("SKIPPED (wasi): {reason}");
+        return true;
+    }
+    false
+}
+
+/// [`not_on_wasi`] for the bash part of a case.
+pub fn no_bash_on_wasi(ctx: &Ctx) -> bool {
+    not_on_wasi(
+        ctx,
+        "the bash part: WebAssembly has no bash (bash_is_refused_on_wasi checks the refusal)",
+    )
 }
 
 pub struct Ctx {

@@ -4,9 +4,13 @@
 //! channel is out of reach, and no argument changes a host command line. The fixtures
 //! (`tests/fixtures/*.py`, a fake MCP server, a fake validator, a recording command tool) are
 //! written into a fresh directory and run with /usr/bin/python3; the oracles are on the host
-//! (what the recording tool wrote, a canary file, the tool's process).
+//! (what the recording tool wrote, a canary file, the tool's process). On `wasi` the bash parts
+//! are skipped (declared: WebAssembly has no bash), Python plays bash's part where a case
+//! needs a second language, and an interrupted call ends the guest with its cell (declared:
+//! a WASI interrupt restarts the session).
 
-use super::common::Ctx;
+use super::common::{no_bash_on_wasi, Ctx};
+use sandpit::backend::BackendKind;
 use sandpit::pipeline::approval::{Decision, FixedApprover};
 use sandpit::pipeline::redact::Redactor;
 use sandpit::pipeline::tools::{
@@ -274,6 +278,9 @@ result = {a: a.echo, b, refused};
         assert!(v["refused"].as_str().unwrap().contains("required"), "{v}");
         assert_eq!(r.tool_calls.len(), 3, "{r:?}");
         js.kill().await;
+        if no_bash_on_wasi(&ctx) {
+            return;
+        }
 
         let mut sh = f.session(&ctx, Language::Bash).await;
         let code = r#"
@@ -377,6 +384,11 @@ sandpit-tool kb_lookup '{}' 2>&1; echo "rc=$?"
     /// its state; in Python, JavaScript and bash.
     pub async fn a_tool_call_is_interrupted_with_its_cell(ctx: Ctx) {
         let f = Fixture::new(&ctx, |_, _| {});
+        // WASI has no signals: an interrupt stops the guest, so the session restarts.
+        let keeps_state = ctx.backend.interrupt_keeps_state();
+        if !keeps_state {
+            eprintln!("SKIPPED (wasi): the session keeping its state: an interrupt ends a WebAssembly guest (it restarts, and the result says so)");
+        }
         for (lang, set, call, get) in [
             (
                 Language::Python,
@@ -397,9 +409,12 @@ sandpit-tool kb_lookup '{}' 2>&1; echo "rc=$?"
                 "echo $((kept + 1))",
             ),
         ] {
+            if lang == Language::Bash && no_bash_on_wasi(&ctx) {
+                continue;
+            }
             let mut s = f.session(&ctx, lang).await;
-            run_with(&mut s, set, f.scope(None, |_| {}), LONG).await;
             for by_timeout in [false, true] {
+                run_with(&mut s, set, f.scope(None, |_| {}), LONG).await;
                 let _ = std::fs::remove_file(f.path("slow.pid"));
                 let r = if by_timeout {
                     // Long enough for the tool to start on a loaded machine.
@@ -431,7 +446,7 @@ sandpit-tool kb_lookup '{}' 2>&1; echo "rc=$?"
                     Status::Error
                 };
                 assert_eq!(r.status, expected, "{what}: {r:?}");
-                assert!(!r.session_restarted, "{what}: {r:?}");
+                assert_eq!(r.session_restarted, !keeps_state, "{what}: {r:?}");
                 assert_eq!(r.tool_calls.len(), 1, "{what}: {r:?}");
                 assert_eq!(
                     r.tool_calls[0].status,
@@ -453,6 +468,12 @@ sandpit-tool kb_lookup '{}' 2>&1; echo "rc=$?"
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
                 assert!(gone, "{what}: the interrupted tool (pid {pid}) still runs");
+                if !keeps_state {
+                    // A fresh interpreter: it runs the next cell, without the old state.
+                    let r = run_with(&mut s, "result = 6 * 7", f.scope(None, |_| {}), LONG).await;
+                    assert_eq!(r.result, Some(serde_json::json!(42)), "{what}: {r:?}");
+                    continue;
+                }
                 let r = run_with(&mut s, get, f.scope(None, |_| {}), LONG).await;
                 let ok = r.result == Some(serde_json::json!(42)) || r.stdout == "42\n";
                 assert!(ok, "{what}: the session lost its state: {r:?}");
@@ -570,11 +591,17 @@ result = out
             p.host_exec.validator_url = url.clone();
             p.host_exec.validator_timeout_ms = 10_000;
         });
-        let mut s = g.session(&ctx, Language::Bash).await;
+        // (On wasi, which has no bash, Python prints what sandpit-tool would.)
+        let (lang, code) = if ctx.kind() == BackendKind::Wasi {
+            (Language::Python, "import json, sandpit_tools as t\nfor a in [{\"command\": \"echo fine\"}, {\"argv\": [\"echo\", \"danger\"]}]:\n    print(json.dumps(t.host_exec(a), separators=(\",\", \":\")))")
+        } else {
+            (Language::Bash, "sandpit-tool host_exec '{\"command\": \"echo fine\"}'; sandpit-tool host_exec '{\"argv\": [\"echo\", \"danger\"]}'")
+        };
+        let mut s = g.session(&ctx, lang).await;
         let yes = Arc::new(FixedApprover(Decision::Approve));
         let r = run_with(
             &mut s,
-            "sandpit-tool host_exec '{\"command\": \"echo fine\"}'; sandpit-tool host_exec '{\"argv\": [\"echo\", \"danger\"]}'",
+            code,
             g.scope(None, |c| c.approver = Some(yes)),
             LONG,
         )
@@ -608,12 +635,14 @@ for name in ["no_such_tool", "canary", "../canary", "host_exec"]:
         out.append("ran")
     except t.ToolError as e:
         out.append(str(e))
-# Forged straight on the channel (fd 4 is the driver's, in this process).
-os.write(4, b'{"tool_call":{"id":900,"cell":1,"name":"canary","arguments":{}}}\n')
-os.write(4, b'{"tool_call":{"id":901,"cell":999999,"name":"canary","arguments":{}}}\n')
-os.write(4, b'{"tool_call":{"id":902,"cell":2,"name":"canary","arguments":[1]}}\n')
-os.write(4, b'{"tool_call": not json at all\n')
-os.write(4, b'{"tool_call":{"id":903,"cell":2,"name":"canary","arguments":{"x":"' + b"a" * (3 << 20) + b'"}}}\n')
+# Forged straight on the channel: the driver's response descriptor, in this process (fd 4;
+# under WASI the one the driver opened), taken from the driver's own function.
+fd = dict(zip(t.call.__code__.co_freevars, [c.cell_contents for c in t.call.__closure__]))["response_fd"]
+os.write(fd, b'{"tool_call":{"id":900,"cell":1,"name":"canary","arguments":{}}}\n')
+os.write(fd, b'{"tool_call":{"id":901,"cell":999999,"name":"canary","arguments":{}}}\n')
+os.write(fd, b'{"tool_call":{"id":902,"cell":2,"name":"canary","arguments":[1]}}\n')
+os.write(fd, b'{"tool_call": not json at all\n')
+os.write(fd, b'{"tool_call":{"id":903,"cell":2,"name":"canary","arguments":{"x":"' + b"a" * (3 << 20) + b'"}}}\n')
 out.append(t.record({"after": "forgeries"})["echo"])
 result = out
 "#;
@@ -669,10 +698,37 @@ result = out
         )
         .await;
         let a_pid = r.result.clone().unwrap();
-        let mut b = f.session(&ctx, Language::Bash).await;
         let forge = r#"{"tool_call":{"id":1,"cell":0,"name":"canary","arguments":{}}}"#;
-        let code = format!(
-            r#"
+        let (b_lang, code) = if ctx.kind() == BackendKind::Wasi {
+            // No bash, /proc or FIFOs in WebAssembly: B tries the channel directory's names
+            // (its own channels, already opened by its driver) and every descriptor it holds.
+            (
+                Language::Python,
+                format!(
+                    r#"
+import os
+line = b'{forge}\n'
+for p in ["/run/sandpit/requests", "/run/sandpit/responses", "/run/sandpit/../sandpit/responses"]:
+    try:
+        fd = os.open(p, os.O_WRONLY)
+        os.write(fd, line)
+        print("wrote", p)
+    except OSError as e:
+        print(p, e)
+for fd in range(3, 256):
+    try:
+        os.write(fd, line)
+    except OSError:
+        pass
+print("tried")
+"#
+                ),
+            )
+        } else {
+            (
+                Language::Bash,
+                format!(
+                    r#"
 line='{forge}'
 # macOS has no timeout(1): perl's alarm (whole seconds) does its work there.
 command -v timeout >/dev/null || timeout() {{ shift; perl -e 'alarm 1; exec @ARGV' "$@"; }}
@@ -682,7 +738,10 @@ for p in /proc/{a_pid}/fd/4 /proc/[0-9]*/fd/* /run/sandpit/* $(find / -xdev -typ
 done
 echo tried
 "#,
-        );
+                ),
+            )
+        };
+        let mut b = f.session(&ctx, b_lang).await;
         let r = run_with(
             &mut b,
             &code,
@@ -761,7 +820,7 @@ result = {{"echo": rec["echo"], "refused": refused, "lit": lit}}
     }
 }
 
-crate::matrix!(functional_tools; [linux, linux_no_ns, linux_no_ns_abi4, linux_no_landlock, docker, macos, unsandboxed];
+crate::matrix!(functional_tools; [linux, linux_no_ns, linux_no_ns_abi4, linux_no_landlock, docker, macos, unsandboxed, wasi];
     python_cell_calls_an_mcp_tool_and_a_command_tool,
     javascript_and_bash_call_tools,
     http_tools_are_answered_by_the_application,
@@ -769,7 +828,7 @@ crate::matrix!(functional_tools; [linux, linux_no_ns, linux_no_ns_abi4, linux_no
     host_exec_follows_its_cascade,
 );
 
-crate::matrix!(containment_tools; [linux, linux_no_ns, linux_no_ns_abi4, linux_no_landlock, docker, macos];
+crate::matrix!(containment_tools; [linux, linux_no_ns, linux_no_ns_abi4, linux_no_landlock, docker, macos, wasi];
     undeclared_and_forged_tool_calls_are_refused,
     another_session_s_tool_channel_is_out_of_reach,
     tool_arguments_cannot_change_the_host_command_line,

@@ -324,6 +324,111 @@ fn a_masked_proc_falls_back_to_no_namespaces_and_says_so() {
     );
 }
 
+/// `auto` falls back to WASI where neither Docker nor the native backend can confine code, and
+/// the result says why; bash there is refused naming the backends that run it. The host for it:
+/// sandpit inside a container whose seccomp profile refuses namespaces and Landlock, with no
+/// Docker socket, and this user's WASI runtimes mounted read-only (root only: the container
+/// runs as root to own them).
+#[cfg(feature = "wasi")]
+#[test]
+fn auto_falls_back_to_wasi_where_nothing_else_confines() {
+    let must = std::env::var("CI").as_deref() == Ok("true");
+    let skip = |why: &str| {
+        assert!(!must, "CI=true but {why}");
+        eprintln!("SKIPPED: {why}");
+    };
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        // Unprivileged CI runs cannot use the engine either: not a failure there.
+        eprintln!("SKIPPED: needs root (a container running as root owns root's WASI runtimes)");
+        return;
+    }
+    let image = Command::new("docker")
+        .args(["image", "inspect", "sandpit-sandbox:2"])
+        .output();
+    if !image.is_ok_and(|o| o.status.success()) {
+        return skip("no Docker engine with the sandpit-sandbox:2 image");
+    }
+    let (policy, _) = sandpit::policy::Policy::load(None).unwrap();
+    let cache = sandpit::backend::wasi::runtimes::cache_dir(&policy);
+    if !sandpit::backend::wasi::runtimes::cached(&cache)
+        .iter()
+        .all(|c| c.cwasm.is_some())
+    {
+        return skip(&format!(
+            "the WASI runtimes are not installed in {} (sandpit wasi install)",
+            cache.display()
+        ));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // Namespaces (unshare, setns, clone with a CLONE_NEW* flag) refused, Landlock absent.
+    let mut rules = vec![
+        serde_json::json!({"names": ["landlock_create_ruleset", "landlock_add_rule", "landlock_restrict_self"], "action": "SCMP_ACT_ERRNO", "errnoRet": libc::ENOSYS}),
+        serde_json::json!({"names": ["unshare", "setns", "clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": libc::ENOSYS}),
+    ];
+    for flag in [
+        libc::CLONE_NEWNS,
+        libc::CLONE_NEWUTS,
+        libc::CLONE_NEWIPC,
+        libc::CLONE_NEWUSER,
+        libc::CLONE_NEWPID,
+        libc::CLONE_NEWNET,
+        libc::CLONE_NEWCGROUP,
+    ] {
+        rules.push(serde_json::json!({"names": ["clone"], "action": "SCMP_ACT_ERRNO", "errnoRet": libc::EPERM,
+            "args": [{"index": 0, "value": flag, "valueTwo": flag, "op": "SCMP_CMP_MASKED_EQ"}]}));
+    }
+    let profile = dir.path().join("seccomp.json");
+    std::fs::write(
+        &profile,
+        serde_json::json!({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": rules}).to_string(),
+    )
+    .unwrap();
+    let run = |lang: &str, code: &str| {
+        let out = Command::new("docker")
+            .args([
+                "run",
+                "--rm",
+                "--network",
+                "none",
+                "--user",
+                "0",
+                "--security-opt",
+            ])
+            .arg(format!("seccomp={}", profile.display()))
+            .arg("-v")
+            .arg(format!("{}:/sandpit:ro", env!("CARGO_BIN_EXE_sandpit")))
+            .arg("-v")
+            .arg(format!("{}:/var/lib/sandpit/wasi:ro", cache.display()))
+            .args(["--entrypoint", "/sandpit", "sandpit-sandbox:2"])
+            .args(["run", "-l", lang, "--json", code])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("docker run");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let line = stdout.lines().last().unwrap_or_default().to_string();
+        serde_json::from_str::<serde_json::Value>(&line)
+            .unwrap_or_else(|e| panic!("{e}: {stdout} {}", String::from_utf8_lossy(&out.stderr)))
+    };
+    let v = run("python", "import sys; result = sys.platform");
+    assert_eq!(v["backend"], "wasi", "{v}");
+    assert_eq!(v["result"], "wasi", "{v}");
+    let said = v["warnings"][0].as_str().unwrap_or_default();
+    assert!(
+        said.contains("auto chose the wasi backend") && said.contains("linux:"),
+        "{v}"
+    );
+    let v = run("bash", "echo hi");
+    assert_eq!(v["error"]["code"], "INVALID_REQUEST", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("the linux and docker backends run bash"),
+        "{v}"
+    );
+}
+
 /// `linux.require` turns a weaker sandbox into a refusal that names the missing layer, and
 /// `doctor` agrees with `run`.
 #[test]

@@ -5,6 +5,10 @@
 # Channels
 #   fd 0/1  the session terminal (PTY slave: stdin, stdout); fd 2  a separate stderr pipe
 #   fd 3    requests, host -> driver      fd 4  responses, driver -> host
+#   Under WASI (sys.platform "wasi", the wasmtime backend) there is no terminal: stdin is empty
+#   and stdout a pipe; the driver opens the channels, which the host serves itself, as
+#   $SANDPIT_CHANNELS/requests and $SANDPIT_CHANNELS/responses (src/backend/wasi/host.rs), and
+#   there are no signals (a timeout ends the interpreter).
 #
 # Protocol
 #   1. On start the driver writes one line on fd 4:
@@ -62,13 +66,26 @@ def _driver():
     import os
     import sys
     import _signal as signal  # the C module behind `signal`, without its enum wrappers
-    import termios
     import types
+
+    wasi = sys.platform == "wasi"
+    if wasi:
+        termios = None  # no terminal under WASI (stdin is empty, stdout a pipe)
+    else:
+        import termios
+    channels = os.environ.get("SANDPIT_CHANNELS")
+    if channels:
+        request_fd = os.open(channels + "/requests", os.O_RDONLY)
+        response_fd = os.open(channels + "/responses", os.O_WRONLY)
+    else:
+        request_fd, response_fd = 3, 4
 
     write = os.write
     driver_pid = os.getpid()
     # Cells may import modules they (or the request's files) put in the workspace.
     workspace = os.environ.get("SANDPIT_WORKSPACE") or os.getcwd()
+    if wasi:
+        os.chdir(workspace)  # WASI starts in "/", where no preopened directory is
     sys.path.insert(0, workspace)
     # Packages a request installed (pip --target, see src/session/packages.rs) go on the path
     # once that directory exists, checked before each cell.
@@ -107,13 +124,16 @@ def _driver():
     # address-space limit but costs no memory. Released when a cell ends in MemoryError, taken
     # again before the next cell (if there is room by then).
     memory_reserve = []
+    no_mmap = []  # mmap does not exist here (WASI): not looked for again
 
     def take_memory_reserve():
-        if not memory_reserve:
+        if not memory_reserve and not no_mmap:
             try:
                 import mmap
                 memory_reserve.append(mmap.mmap(-1, 8 << 20))
-            except (ImportError, OSError, MemoryError):
+            except ImportError:
+                no_mmap.append(True)
+            except (OSError, MemoryError):
                 pass
 
     def release_memory_reserve():
@@ -124,17 +144,21 @@ def _driver():
     import _ast  # the C module behind `ast`: node classes and PyCF_ONLY_AST, without enum
     MAX_VALUE_TEXT = 1 << 20  # the repr of a last expression, at most (the host caps it too)
 
-    # The request/response pipes are inherited from the host: keep them out of anything the
-    # code spawns (os.system, os.exec*, subprocess with close_fds=False).
-    for fd in (3, 4):
-        os.set_inheritable(fd, False)
-    requests = open(3, "rb", buffering=1 << 16)
+    if wasi:
+        requests = wasi_requests(os, request_fd)
+    else:
+        # The request/response pipes are inherited from the host: keep them out of anything
+        # the code spawns (os.system, os.exec*, subprocess with close_fds=False).
+        for fd in (request_fd, response_fd):
+            os.set_inheritable(fd, False)
+        requests = open(request_fd, "rb", buffering=1 << 16)
 
     def write_all(fd, data):
         while data:
             data = data[write(fd, data):]
 
     # ---- host tools ---------------------------------------------------------------------
+    # (CPython on WASI has no threads, but its _thread still makes locks.)
     import _thread
     tool_lock = _thread.allocate_lock()
     tool_state = [0, 0]  # [the running cell's id (0 between cells), the last call id]
@@ -167,7 +191,7 @@ def _driver():
                 raise ToolError("host tools can only be called while a cell runs")
             tool_state[1] += 1
             call_id = tool_state[1]
-            write_all(4, ('{"tool_call":{"id":%d,"cell":%d,"name":%s,"arguments":%s}}\n'
+            write_all(response_fd, ('{"tool_call":{"id":%d,"cell":%d,"name":%s,"arguments":%s}}\n'
                           % (call_id, cell, json.dumps(name), body)).encode())
             while True:
                 reply = requests.readline()
@@ -219,11 +243,17 @@ def _driver():
     sys.modules["__main__"] = main
     g = main.__dict__
 
-    # stdin for non-interactive cells: /dev/null on fd 0 and a sys.stdin that reads it.
-    devnull_fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-    tty_fd = os.dup(0)  # the terminal, to put back on fd 0 for interactive cells
-    null_stdin = open(os.devnull, "r", encoding="utf-8")
-    fd0_is_null = False
+    # stdin for non-interactive cells: /dev/null on fd 0 and a sys.stdin that reads it. Under
+    # WASI stdin is always empty (reads get EOF) and there is no /dev/null: nothing to switch.
+    if wasi:
+        devnull_fd = tty_fd = None
+        null_stdin = sys.stdin
+        fd0_is_null = True
+    else:
+        devnull_fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        tty_fd = os.dup(0)  # the terminal, to put back on fd 0 for interactive cells
+        null_stdin = open(os.devnull, "r", encoding="utf-8")
+        fd0_is_null = False
 
     # SIGINT: ignored while the driver itself runs; while a cell runs, whatever handler the
     # cells last installed (initially Python's default, which raises KeyboardInterrupt).
@@ -293,8 +323,7 @@ def _driver():
         if co.co_flags & CO_COROUTINE:
             # Top-level await: the code object evaluates to a coroutine.
             if loop is None:
-                import asyncio
-                loop = asyncio.new_event_loop()
+                loop = new_event_loop(wasi)
             return loop.run_until_complete(eval(co, g))
         return eval(co, g)
 
@@ -318,7 +347,8 @@ def _driver():
         nonlocal cell_handler, fd0_is_null
         status, exit_code, exception, warnings = "ok", 0, None, []
         take_memory_reserve()
-        if site_dir not in sys.path and os.path.isdir(site_dir):
+        # (Under WASI nothing installs packages, and a stat costs more: not looked for.)
+        if not wasi and site_dir not in sys.path and os.path.isdir(site_dir):
             sys.path.insert(1, site_dir)
             import importlib
             importlib.invalidate_caches()
@@ -331,7 +361,7 @@ def _driver():
                 os.dup2(devnull_fd, 0)
                 fd0_is_null = True
             sys.stdin = null_stdin
-        elif fd0_is_null:
+        elif fd0_is_null and tty_fd is not None:
             os.dup2(tty_fd, 0)
             fd0_is_null = False
         with tool_lock:
@@ -383,7 +413,7 @@ def _driver():
         finally:
             if sys.stdin is null_stdin:
                 sys.stdin = saved_stdin
-            if not interactive:
+            if not interactive and termios is not None:
                 # Drop the ^D the host queued on the terminal for this cell (whose stdin was
                 # /dev/null), so that it cannot end a read in a later interactive cell.
                 try:
@@ -434,11 +464,11 @@ def _driver():
                 pass  # the code closed it; the host gives up waiting for this marker
         response = '{"id":%d,"nonce":"%s","status":"%s","exit_code":%d,"result":%s,"exception":%s,"warnings":%s,"outputs":%s}\n' % (
             cid, nonce.decode(), status, exit_code, result, dumps(exception), dumps(warnings), outputs)
-        write_all(4, response.encode("utf-8", "replace"))
+        write_all(response_fd, response.encode("utf-8", "replace"))
         keep_sources()
 
-    write_all(4, ('{"ready":true,"language":"python","version":"%s","pid":%d}\n'
-                  % (sys.version.split()[0], os.getpid())).encode())
+    write_all(response_fd, ('{"ready":true,"language":"python","version":"%s","pid":%d}\n'
+                           % (sys.version.split()[0], os.getpid())).encode())
 
     while True:
         header = requests.readline()
@@ -457,6 +487,60 @@ def _driver():
             break
         run_cell(cid, nonce, interactive == b"1", body[:plen].decode("utf-8"), body[plen:].decode("utf-8"))
     os._exit(0)
+
+
+def new_event_loop(wasi):
+    """The event loop for cells with top-level await. asyncio's wakes itself through a
+    socketpair, which WASI lacks: there, the same loop without that self-pipe (nothing runs in
+    another thread to wake it)."""
+    import asyncio
+
+    if not wasi:
+        return asyncio.new_event_loop()
+    import selectors
+
+    class WasiEventLoop(asyncio.SelectorEventLoop):
+        def _make_self_pipe(self):
+            pass
+
+        def _close_self_pipe(self):
+            pass
+
+        def _write_to_self(self):
+            pass
+
+    return WasiEventLoop(selectors.SelectSelector())
+
+
+def wasi_requests(os, fd):
+    """readline() and read(n) on the request channel under WASI, by os.read: the host serves
+    the channel itself, and it is not a file that open() could stat."""
+
+    class Requests:
+        def __init__(self):
+            self.buf = b""
+
+        def fill(self):
+            chunk = os.read(fd, 1 << 16)
+            self.buf += chunk
+            return bool(chunk)
+
+        def readline(self):
+            while b"\n" not in self.buf:
+                if not self.fill():
+                    line, self.buf = self.buf, b""
+                    return line
+            i = self.buf.index(b"\n") + 1
+            line, self.buf = self.buf[:i], self.buf[i:]
+            return line
+
+        def read(self, n):
+            while len(self.buf) < n and self.fill():
+                pass
+            data, self.buf = self.buf[:n], self.buf[n:]
+            return data
+
+    return Requests()
 
 
 _driver()

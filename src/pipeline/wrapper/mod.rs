@@ -2,7 +2,9 @@
 //! embedded with `include_str!`) that the interpreter runs as a persistent REPL, and the framing
 //! the host speaks with it.
 //!
-//! Channels (the same on every backend):
+//! Channels (the same on every backend; under WASI, which has no fds 3 and 4 to inherit, the
+//! driver opens the two channels the host serves as `$SANDPIT_CHANNELS/requests` and
+//! `$SANDPIT_CHANNELS/responses`):
 //! - fd 0/1: the session's terminal (stdin, stdout); fd 2: a separate stderr pipe;
 //! - fd 3: requests, host → driver: a header line `ID NONCE INTERACTIVE PRELUDE_LEN CODE_LEN\n`
 //!   then exactly that many bytes of prelude (`input_data`) and code;
@@ -41,6 +43,17 @@ use std::collections::BTreeMap;
 pub const PYTHON_DRIVER: &str = include_str!("driver.py");
 pub const JAVASCRIPT_DRIVER: &str = include_str!("driver.js");
 pub const BASH_DRIVER: &str = include_str!("driver.sh");
+/// The JavaScript driver for QuickJS-NG (the WASI backend), with `driver.js`'s wire contract.
+pub const QUICKJS_DRIVER: &str = include_str!("driver_quickjs.js");
+
+/// The arguments that start the QuickJS driver, after the interpreter (`qjs`): the `std` and
+/// `os` modules, and the driver's source.
+pub fn quickjs_driver_args() -> Vec<String> {
+    ["--std", "-e", QUICKJS_DRIVER]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+}
 
 /// The arguments that start `lang`'s driver, after the interpreter: its flags and source.
 pub fn driver_args(lang: Language) -> Vec<String> {
