@@ -91,17 +91,26 @@ pub struct OutputFile {
     pub encoding: Encoding,
 }
 
-/// A rich output of a cell, as a Jupyter kernel gives them. Today: the value of a cell that
-/// ends in an expression (`type: execute_result`, `mime: text/plain`, its repr / inspect text).
+/// A rich output of a cell, as a Jupyter kernel gives them: the value of a cell that ends in
+/// an expression (`execute_result`: its repr as `text/plain`, and each `_repr_*_` a Python
+/// value has), and what the cell showed (`display_data`: `display()`, matplotlib figures as
+/// `image/png`). Binary data (`image/png`, `image/jpeg`) is base64.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Output {
-    /// `execute_result`: the value of the cell's last expression.
+    /// `execute_result` (the cell's value) or `display_data` (shown by the cell).
     #[serde(rename = "type")]
     pub kind: String,
-    /// The MIME type of `data`, e.g. `text/plain`.
+    /// The MIME type of `data`, e.g. `text/plain`, `text/html`, `image/png`.
     pub mime: String,
-    /// The output itself (text for `text/*`).
+    /// The output itself: text for textual types, base64 for `image/png` and `image/jpeg`.
     pub data: String,
+}
+
+impl Output {
+    /// Whether `data` is base64 of binary content.
+    pub fn is_base64(&self) -> bool {
+        matches!(self.mime.as_str(), "image/png" | "image/jpeg")
+    }
 }
 
 /// Per-request limits: they may only tighten the policy's maxima.

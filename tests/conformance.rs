@@ -574,6 +574,74 @@ mod functional {
 
     /// A cell ending in an expression gives its value, as the language's REPL echoes it:
     /// JSON where it can be, its repr / inspect text in `outputs`; a bound `result` wins.
+    /// Rich outputs: display() and a value's `_repr_*_` in Python, display() in JavaScript,
+    /// matplotlib figures as PNG where the backend's Python has matplotlib.
+    pub async fn rich_outputs(ctx: Ctx) {
+        let mimes = |r: &sandpit::ExecResult| {
+            r.outputs
+                .iter()
+                .map(|o| format!("{}:{}", o.kind, o.mime))
+                .collect::<Vec<_>>()
+        };
+        let r = ctx
+            .run(
+                Language::Python,
+                "class T:\n    def _repr_html_(self):\n        return '<i>t</i>'\ndisplay(T())\ndisplay({'image/png': b'\\x89PNG'}, raw=True)\nT()",
+            )
+            .await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        assert_eq!(
+            mimes(&r),
+            [
+                "display_data:text/html",
+                "display_data:text/plain",
+                "display_data:image/png",
+                "execute_result:text/html",
+                "execute_result:text/plain"
+            ],
+            "{r:?}"
+        );
+        assert_eq!(r.outputs[2].data, "iVBORw==", "{r:?}");
+        assert_eq!(r.outputs[0].data, "<i>t</i>");
+        if !not_on_wasi(
+            &ctx,
+            "display() in JavaScript: the QuickJS driver has none yet",
+        ) {
+            let r = ctx
+                .run(Language::Javascript, "display('<b>b</b>', 'text/html'); 1")
+                .await;
+            assert_eq!(
+                mimes(&r),
+                ["display_data:text/html", "execute_result:text/plain"],
+                "{r:?}"
+            );
+        }
+        let r = ctx
+            .run(
+                Language::Python,
+                "import importlib.util\nresult = importlib.util.find_spec('matplotlib') is not None",
+            )
+            .await;
+        if r.result != Some(serde_json::json!(true)) {
+            eprintln!("SKIPPED the matplotlib part: this backend's python has no matplotlib");
+            return;
+        }
+        let r = ctx
+            .run(
+                Language::Python,
+                "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()\nplt.figure()\nplt.bar([1], [1])\nNone",
+            )
+            .await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        assert_eq!(
+            mimes(&r),
+            ["display_data:image/png", "display_data:image/png"],
+            "{}",
+            r.stderr
+        );
+        assert!(!r.stderr.contains("non-interactive"), "{}", r.stderr);
+    }
+
     pub async fn the_last_expression_is_the_value(ctx: Ctx) {
         let text = |r: &sandpit::ExecResult| {
             r.outputs
@@ -723,7 +791,18 @@ mod functional {
             .collect();
         for k in &keys {
             assert!(
-                ["PATH", "HOME", "TMPDIR", "LANG", "TERM", "cwd", "LC_CTYPE"].contains(k)
+                // MPLBACKEND: the Python driver's own, so matplotlib draws into outputs.
+                [
+                    "PATH",
+                    "HOME",
+                    "TMPDIR",
+                    "LANG",
+                    "TERM",
+                    "cwd",
+                    "LC_CTYPE",
+                    "MPLBACKEND"
+                ]
+                .contains(k)
                     || k.starts_with("SANDPIT_"),
                 "unexpected variable {k} in {keys:?}"
             );
@@ -2014,6 +2093,7 @@ matrix!(functional; [linux, linux_no_ns, linux_no_ns_abi4, linux_no_landlock, do
     recycling_is_reported,
     the_backend_chooses_the_interpreter,
     the_last_expression_is_the_value,
+    rich_outputs,
 );
 
 matrix!(containment; [linux, linux_no_ns, linux_no_ns_abi4, linux_no_landlock, docker, wasi];

@@ -464,6 +464,71 @@ def result_semantics(lang):
         check(r["response"]["result"] == {"deep": [1, {"a": "b"}]}, "let result is seen too", r)
 
 
+@test("python")
+def rich_outputs_py(lang):
+    s = session(lang)
+    # display(): each _repr_*_ of the object, then its repr; PNG bytes as base64.
+    r = run(s, "class Chart:\n    def _repr_png_(self):\n        return b'\\x89PNG fake'\n    def _repr_html_(self):\n        return '<b>chart</b>'\n    def __repr__(self):\n        return 'Chart()'\ndisplay(Chart(), 'two')\nprint('after')")
+    expect_ok(r)
+    outs = r["response"].get("outputs")
+    check([(o["type"], o["mime"]) for o in outs] == [("display_data", "image/png"), ("display_data", "text/html"), ("display_data", "text/plain"), ("display_data", "text/plain")],
+          "display gives every repr, in order", outs)
+    import base64
+    check(base64.b64decode(outs[0]["data"]) == b"\x89PNG fake" and outs[1]["data"] == "<b>chart</b>" and outs[3]["data"] == "'two'", "display data", outs)
+    # A last expression with rich reprs: execute_result for each, text/plain last.
+    r = run(s, "Chart()")
+    outs = r["response"]["outputs"]
+    check([o["mime"] for o in outs] == ["image/png", "text/html", "text/plain"] and all(o["type"] == "execute_result" for o in outs), "value's reprs", outs)
+    check(r["response"]["result"] == "Chart()", "the value is still the result", r["response"])
+    # raw bundles, and nothing left over for the next cell.
+    r = run(s, "display({'text/markdown': '# hi', 'image/png': b'\\x00\\x01'}, raw=True)")
+    outs = r["response"]["outputs"]
+    check([(o["mime"], o["data"]) for o in outs] == [("text/markdown", "# hi"), ("image/png", "AAE=")], "raw display", outs)
+    r = run(s, "x = 1")
+    check(r["response"]["outputs"] == [], "outputs are per cell", r["response"])
+    # A broken _repr_html_ is skipped; the cell goes on.
+    r = run(s, "class Bad:\n    def _repr_html_(self):\n        raise ValueError('no')\ndisplay(Bad())")
+    expect_ok(r)
+    check([o["mime"] for o in r["response"]["outputs"]] == ["text/plain"], "broken repr skipped", r["response"])
+    # The cap: beyond 8 MiB in a cell, outputs are dropped with a warning.
+    r = run(s, "for i in range(3):\n    display({'text/plain': 'x' * (3 << 20)}, raw=True)")
+    check(len(r["response"]["outputs"]) == 2 and any("dropped" in w for w in r["response"]["warnings"]), "output cap", [len(r["response"]["outputs"]), r["response"]["warnings"]])
+    # matplotlib would draw with sandpit's backend (its module is registered, nothing imported).
+    r = run(s, "import os, sys\nresult = [os.environ.get('MPLBACKEND'), 'sandpit_display' in sys.modules, 'matplotlib' in sys.modules]")
+    check(r["response"]["result"] == ["module://sandpit_display", False, False], "matplotlib backend set up lazily", r["response"])
+
+
+@test("javascript")
+def rich_outputs_js(lang):
+    s = session(lang)
+    r = run(s, "display('<b>x</b>', 'text/html'); display(Buffer.from([0, 1]), 'image/png'); display({a: 1}); 41 + 1")
+    expect_ok(r)
+    outs = [(o["type"], o["mime"], o["data"]) for o in r["response"]["outputs"]]
+    check(outs == [("display_data", "text/html", "<b>x</b>"), ("display_data", "image/png", "AAE="), ("display_data", "text/plain", "{ a: 1 }"), ("execute_result", "text/plain", "42")],
+          "display and the value", outs)
+    r = run(s, "let display = 1; display")
+    expect_ok(r, "display can be redeclared")
+    r = run(s, "let y = 2")
+    check(r["response"]["outputs"] == [], "outputs are per cell", r["response"])
+
+
+@test("python")
+def matplotlib_figures_py(lang):
+    s = session(lang)
+    r = run(s, "import importlib.util\nresult = importlib.util.find_spec('matplotlib') is not None")
+    if not r["response"]["result"]:
+        print("      SKIPPED matplotlib figures: matplotlib is not installed for this python")
+        return
+    r = run(s, "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()\nfig = plt.figure()\nplt.bar([1], [2])")
+    expect_ok(r)
+    pngs = [o for o in r["response"]["outputs"] if o["mime"] == "image/png"]
+    import base64
+    check(len(pngs) == 2 and all(base64.b64decode(o["data"]).startswith(b"\x89PNG") for o in pngs), "shown and open figures -> PNGs", [o["mime"] for o in r["response"]["outputs"]])
+    check(not any("non-interactive" in w for w in [r["stderr"]]), "no Agg warning on show()", r["stderr"])
+    r = run(s, "result = len(plt.get_fignums())")
+    check(r["response"]["result"] == 0 and r["response"]["outputs"] == [], "figures closed after the cell", r["response"])
+
+
 @test("bash")
 def result_is_null_sh(lang):
     s = session(lang)

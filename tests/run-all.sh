@@ -25,6 +25,9 @@ need=()
 [ -x /bin/bash ] || need+=(bash)
 command -v unshare >/dev/null && command -v runuser >/dev/null || need+=(util-linux)
 if is_root; then
+  # matplotlib for /usr/bin/python3: the rich-output cases draw real figures (elsewhere their
+  # matplotlib part is skipped, and says so).
+  /usr/bin/python3 -c 'import matplotlib' 2>/dev/null || need+=(python3-matplotlib)
   # The Docker backend: an engine, and debootstrap to build the sandbox image without a registry.
   command -v dockerd >/dev/null || need+=(docker.io)
   command -v debootstrap >/dev/null || need+=(debootstrap)

@@ -1019,3 +1019,34 @@ fn mcp_official_typescript_sdk_client() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Rich outputs over MCP: a PNG the cell displayed arrives as image content a model can see,
+/// and the text names it.
+#[test]
+fn mcp_rich_outputs_are_image_content() {
+    let mut s = Server::start(backend());
+    s.initialize("2025-06-18");
+    let r = s.call(
+        "execute_code",
+        json!({"language": "python", "code": "display({'image/png': b'\\x89PNG\\r\\n'}, raw=True)\nclass T:\n    def _repr_html_(self):\n        return '<i>t</i>'\nT()"}),
+    );
+    assert_eq!(r["isError"], false, "{r}");
+    let outs = r["structuredContent"]["outputs"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let mimes: Vec<&str> = outs.iter().map(|o| o["mime"].as_str().unwrap()).collect();
+    assert_eq!(mimes, ["image/png", "text/html", "text/plain"], "{r}");
+    let image = r["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "image")
+        .unwrap_or_else(|| panic!("no image content: {r}"));
+    assert_eq!(image["mimeType"], "image/png");
+    assert_eq!(image["data"], "iVBORw0K", "{r}");
+    let t = text(&r);
+    assert!(t.contains("output (image/png"), "{t}");
+    assert!(t.contains("output (text/html):\n<i>t</i>"), "{t}");
+    s.close_and_wait();
+}

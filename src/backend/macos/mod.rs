@@ -575,7 +575,8 @@ exec "$@"
                 .unwrap();
             let code = "import os, resource\nresult = [os.getcwd() == os.environ['SANDPIT_WORKSPACE'], os.environ['HOME'].endswith('/home'), os.environ['LANG'], resource.getrlimit(resource.RLIMIT_NOFILE)[0], resource.getrlimit(resource.RLIMIT_CORE)[0], sorted(k for k in os.environ if not k.startswith('SANDPIT_') and k not in ('PWD', 'SHLVL', '_', 'LC_CTYPE'))]";
             // (PWD, SHLVL and _ come from the stand-in, which is a bash script; LC_CTYPE from
-            // Python's locale coercion where en_US.UTF-8 is not installed.)
+            // Python's locale coercion where en_US.UTF-8 is not installed; MPLBACKEND from the
+            // Python driver, which hands matplotlib its own backend.)
             let r = s
                 .execute(code, ExecOptions::with_timeout(Duration::from_secs(20)))
                 .await
@@ -588,7 +589,7 @@ exec "$@"
                     "en_US.UTF-8",
                     f.policy.limits.open_files,
                     0,
-                    ["HOME", "LANG", "PATH", "TERM", "TMPDIR"]
+                    ["HOME", "LANG", "MPLBACKEND", "PATH", "TERM", "TMPDIR"]
                 ])),
                 "{r:?}"
             );

@@ -258,7 +258,7 @@
   const cellFrame = /\n\s+at .*\bcell-\d+:\d+:\d+/;
 
   function runCell(req) {
-    const cell = { id: req.id, nonce: req.nonce, done: false, before: MISSING, assigns: false, value: MISSING, warnings: [] };
+    const cell = { id: req.id, nonce: req.nonce, done: false, before: MISSING, assigns: false, value: MISSING, warnings: [], outputs: [], outputBytes: 0, outputsDropped: 0 };
     current = cell;
     const name = `cell-${req.id}`;
     let code = req.code;
@@ -387,7 +387,6 @@
     abandonTools(cell);
 
     let result = 'null';
-    let outputs = '[]';
     const after = readResult();
     if (after !== MISSING && (!Object.is(after, cell.before) || cell.assigns)) {
       let json;
@@ -415,8 +414,12 @@
         json = undefined;
       }
       result = json === undefined ? JSON.stringify(text) : json;
-      outputs = JSON.stringify([{ type: 'execute_result', mime: 'text/plain', data: text }]);
+      cell.outputs.push({ type: 'execute_result', mime: 'text/plain', data: text });
     }
+    if (cell.outputsDropped > 0) {
+      cell.warnings.push(`${cell.outputsDropped} rich output(s) dropped: a cell keeps at most ${MAX_OUTPUT_BYTES} bytes of them`);
+    }
+    const outputs = cell.outputs.length === 0 ? '[]' : JSON.stringify(cell.outputs);
 
     const response =
       `{"id":${cell.id},"nonce":"${cell.nonce}","status":"${status}","exit_code":${exitCode},` +
@@ -517,6 +520,36 @@
     Object.defineProperty(toolFunctions, n, { value: (args) => callTool(n, args), enumerable: true });
   }
   Object.defineProperty(toolFunctions, 'call', { value: callTool });
+  // display(value[, mime]): a rich output of the running cell (Jupyter's display_data).
+  // With a MIME type, a string is the data as is and a Buffer / Uint8Array is base64 (for
+  // image/png, image/jpeg); without one, the value's util.inspect() text as text/plain.
+  // At most MAX_OUTPUT_BYTES per cell (more: dropped, with a warning).
+  const MAX_OUTPUT_BYTES = 8 << 20;
+  function display(value, mime) {
+    const cell = current;
+    if (!cell) return;
+    let data;
+    if (mime === undefined) {
+      mime = 'text/plain';
+      data = wellFormed(safe(() => util.inspect(value), String(typeof value)));
+    } else if (typeof value === 'string') {
+      data = value;
+    } else if (value instanceof Uint8Array) {
+      data = Buffer.from(value.buffer, value.byteOffset, value.byteLength).toString('base64');
+    } else {
+      data = safe(() => JSON.stringify(value), undefined);
+      if (data === undefined) data = wellFormed(safe(() => util.inspect(value), String(typeof value)));
+    }
+    mime = String(mime);
+    if (cell.outputBytes + data.length > MAX_OUTPUT_BYTES) {
+      cell.outputsDropped++;
+      return;
+    }
+    cell.outputBytes += data.length;
+    cell.outputs.push({ type: 'display_data', mime, data });
+  }
+  Object.defineProperty(globalThis, 'display', { value: display, writable: true, configurable: true, enumerable: false });
+
   Object.defineProperty(globalThis, 'sandpit', {
     value: Object.freeze({
       tools: Object.freeze(toolFunctions),

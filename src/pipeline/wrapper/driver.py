@@ -39,7 +39,13 @@
 #     in an expression statement whose value is not None (as the REPL echoes it), that value:
 #     JSON where it can be, else its repr() (no warning); its repr() also goes in "outputs" as
 #     {"type":"execute_result","mime":"text/plain","data":...}, and it is bound to `_`.
-#     `result` wins over the last expression.
+#     `result` wins over the last expression.  A value with _repr_png_ / _repr_html_ / ...
+#     methods also gives those as execute_result outputs (PNG and JPEG base64).
+#   - Rich outputs: display(obj, ...) (a builtin, as in Jupyter) adds display_data outputs
+#     (each _repr_*_ of the object, then its repr as text/plain; raw=True takes {mime: data});
+#     matplotlib runs on the Agg backend through the module sandpit_display (MPLBACKEND), and
+#     every figure shown or left open at the end of a cell becomes an image/png output, then
+#     is closed.  At most 8 MiB of outputs per cell (more: dropped, with a warning).
 #   - INTERACTIVE 0: fd 0 is /dev/null and sys.stdin reads it, so reads get EOF at once;
 #     afterwards the driver drops the ^D the host queued on the terminal for the cell.
 #     INTERACTIVE 1: fd 0 is the terminal (and sys.stdin the usual object).  fd 0 is only
@@ -237,6 +243,123 @@ def _driver():
         setattr(tools_module, n, tool_function(n))
     sys.modules["sandpit_tools"] = tools_module
 
+    # Rich outputs (Jupyter's display_data / execute_result): display(), objects with
+    # _repr_png_ / _repr_html_ / ..., matplotlib figures. Collected per cell, at most
+    # MAX_OUTPUT_BYTES in all (beyond: dropped with a warning).
+    MAX_OUTPUT_BYTES = 8 << 20
+    cell_outputs = []  # [kind, mime, data] of the running cell
+    output_state = [0, 0]  # bytes kept, outputs dropped
+    REPRS = (("_repr_png_", "image/png"), ("_repr_jpeg_", "image/jpeg"),
+             ("_repr_svg_", "image/svg+xml"), ("_repr_html_", "text/html"),
+             ("_repr_markdown_", "text/markdown"), ("_repr_latex_", "text/latex"),
+             ("_repr_json_", "application/json"))
+    BINARY = ("image/png", "image/jpeg")
+
+    def add_output(kind, mime, data):
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            import base64
+            data = base64.b64encode(bytes(data)).decode("ascii")
+        if not isinstance(data, str):
+            return
+        if output_state[0] + len(data) > MAX_OUTPUT_BYTES:
+            output_state[1] += 1
+            return
+        output_state[0] += len(data)
+        cell_outputs.append((kind, mime, data))
+
+    def rich_reprs(obj):
+        """(mime, data) of every _repr_*_ method obj's class has (as IPython looks them up)."""
+        found = []
+        cls = type(obj)
+        for meth, mime in REPRS:
+            f = getattr(cls, meth, None)
+            if f is None or not callable(f):
+                continue
+            try:
+                data = f(obj)
+            except Exception:
+                continue
+            if isinstance(data, tuple):  # (data, metadata)
+                data = data[0] if data else None
+            if data is None:
+                continue
+            if mime == "application/json":
+                try:
+                    data = strict_dumps(data)
+                except Exception:
+                    continue
+            elif mime not in BINARY and not isinstance(data, str):
+                continue
+            found.append((mime, data))
+        return found
+
+    def display(*objs, raw=False):
+        """Shows each object as a rich output of this cell (Jupyter's display): every
+        _repr_*_ it has (PNG, JPEG, SVG, HTML, Markdown, LaTeX, JSON) and its repr as
+        text/plain. raw=True takes dicts {mime: data} as they are (bytes for binary data)."""
+        for obj in objs:
+            if raw and isinstance(obj, dict):
+                for mime, data in obj.items():
+                    add_output("display_data", str(mime), data)
+                continue
+            for mime, data in rich_reprs(obj):
+                add_output("display_data", mime, data)
+            add_output("display_data", "text/plain", value_text(obj))
+
+    def capture_figures():
+        """matplotlib figures left open (or shown) become image/png outputs, then close."""
+        plt = sys.modules.get("matplotlib.pyplot")
+        if plt is None:
+            return
+        try:
+            nums = plt.get_fignums()
+        except Exception:
+            return
+        if not nums:
+            return
+        import io
+        for num in nums:
+            try:
+                buf = io.BytesIO()
+                plt.figure(num).savefig(buf, format="png", bbox_inches="tight")
+                add_output("display_data", "image/png", buf.getvalue())
+            except Exception as e:
+                add_output("display_data", "text/plain", "<figure %s could not be drawn: %s>" % (num, e))
+        try:
+            plt.close("all")
+        except Exception:
+            pass
+
+    # matplotlib draws into memory (Agg) and plt.show() hands the figures to the cell's
+    # outputs: MPLBACKEND names the module sandpit_display, which a finder at the end of
+    # sys.meta_path makes only when matplotlib imports it (matplotlib reads the backend
+    # module's own attributes, so they are copied from backend_agg then, not looked up lazily).
+    class DisplayBackend:
+        @staticmethod
+        def find_spec(name, path=None, target=None):
+            if name != "sandpit_display":
+                return None
+            from importlib.machinery import ModuleSpec
+            return ModuleSpec(name, DisplayBackend)
+
+        @staticmethod
+        def create_module(spec):
+            return None
+
+        @staticmethod
+        def exec_module(module):
+            from matplotlib.backends import backend_agg
+            module.__doc__ = "sandpit's matplotlib backend: Agg, and show() makes outputs."
+            module.FigureCanvas = backend_agg.FigureCanvasAgg
+            module.FigureManager = backend_agg.FigureManager
+            module.show = lambda *a, **k: capture_figures()
+            module.display = display
+
+    sys.meta_path.append(DisplayBackend)
+    os.environ.setdefault("MPLBACKEND", "module://sandpit_display")
+    import builtins
+    builtins.display = display
+
     # The namespace cells run in, registered as __main__ so pickle and friends find the
     # classes and functions cells define.
     main = types.ModuleType("__main__")
@@ -366,6 +489,8 @@ def _driver():
             fd0_is_null = False
         with tool_lock:
             tool_state[0], tool_state[1] = cid, 0
+        del cell_outputs[:]
+        output_state[0] = output_state[1] = 0
         try:
             try:
                 set_signal(sigint, cell_handler)
@@ -445,7 +570,19 @@ def _driver():
                 result = strict_dumps(value)
             except BaseException:
                 result = dumps(text)
-            outputs = dumps([{"type": "execute_result", "mime": "text/plain", "data": text}])
+            for mime, data in rich_reprs(value):
+                add_output("execute_result", mime, data)
+            add_output("execute_result", "text/plain", text)
+        try:
+            capture_figures()
+        except BaseException:
+            pass
+        if output_state[1]:
+            warnings.append("%d rich output(s) dropped: a cell keeps at most %d bytes of them"
+                            % (output_state[1], MAX_OUTPUT_BYTES))
+        if cell_outputs:
+            outputs = dumps([{"type": k, "mime": m, "data": d} for k, m, d in cell_outputs])
+            del cell_outputs[:]
 
         flush_streams()
         if os.getpid() != driver_pid:

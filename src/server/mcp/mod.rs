@@ -575,10 +575,15 @@ fn exec_result(result: &ExecResult) -> CallToolResult {
             )
         }
     };
-    let mut out = CallToolResult::success(vec![
+    let mut content = vec![
         ContentBlock::text(text::render(result)),
         ContentBlock::text(structured.to_string()),
-    ]);
+    ];
+    // Images the cell produced (display(), matplotlib), as image content a model can see.
+    for o in result.outputs.iter().filter(|o| o.is_base64()) {
+        content.push(ContentBlock::image(o.data.clone(), o.mime.clone()));
+    }
+    let mut out = CallToolResult::success(content);
     out.structured_content = Some(structured);
     out.is_error = Some(result.status != Status::Ok);
     out
