@@ -329,7 +329,7 @@ fn a_masked_proc_falls_back_to_no_namespaces_and_says_so() {
 /// sandpit inside a container whose seccomp profile refuses namespaces and Landlock, with no
 /// Docker socket, and this user's WASI runtimes mounted read-only (root only: the container
 /// runs as root to own them).
-#[cfg(feature = "wasi")]
+#[cfg(all(feature = "wasi", target_os = "linux"))]
 #[test]
 fn auto_falls_back_to_wasi_where_nothing_else_confines() {
     let must = std::env::var("CI").as_deref() == Ok("true");

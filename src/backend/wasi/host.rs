@@ -160,8 +160,8 @@ pub struct Stop {
 
 impl Stop {
     pub fn new() -> Result<Arc<Self>> {
-        let (wake_r, wake_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-            .map_err(|e| Error::sandbox(format!("pipe: {e}")))?;
+        let (wake_r, wake_w) =
+            crate::util::pipe(false).map_err(|e| Error::sandbox(format!("pipe: {e}")))?;
         Ok(Arc::new(Stop {
             stopped: AtomicBool::new(false),
             wake_r,

@@ -109,8 +109,7 @@ impl crate::backend::Plan for WasiPlan {
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd)> {
-    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-        .map_err(|e| Error::sandbox(format!("pipe: {e}")))
+    crate::util::pipe(false).map_err(|e| Error::sandbox(format!("pipe: {e}")))
 }
 
 fn spawn(plan: WasiPlan) -> Result<Launched> {
