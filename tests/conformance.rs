@@ -1635,6 +1635,12 @@ result = out"#
     /// (on macOS the init stage's kill(-1) must reach its own sandbox alone). Oracle: the
     /// other session's process, by its host pid.
     pub async fn sessions_cannot_signal_each_other(ctx: Ctx) {
+        if not_on_wasi(
+            &ctx,
+            "WebAssembly has no processes or signals: a guest cannot name, let alone signal, another session's",
+        ) {
+            return;
+        }
         // A name of this run's own: the columns run at once.
         let hex = sandpit::util::random_hex(4).unwrap();
         let marker = format!(
