@@ -71,6 +71,40 @@ fn survive_interrupts() -> nix::Result<()> {
     unsafe { sigaction(Signal::SIGINT, &act) }.map(|_| ())
 }
 
+/// The waiter stays in the sandbox's process group (so the host's interrupts and kills reach
+/// the group as one), and it runs as the same user as an unprivileged sandbox: where nothing
+/// else scopes signals (no Landlock signal scoping, e.g. `linux.landlock = "off"`), the code's
+/// `kill -USR1 0` reached it, and a signal whose default is to terminate ended the waiter, and
+/// so the session ("the interpreter exited (status 138)"). Every signal that would stop or end
+/// it gets a handler that does nothing: the waiter ends only with its child, or by SIGKILL from
+/// the host. (Faults stay default; the child forked before this keeps its own dispositions.)
+fn shield_waiter() {
+    let act = SigAction::new(
+        SigHandler::Handler(ignore_signal),
+        SaFlags::SA_RESTART,
+        SigSet::empty(),
+    );
+    for sig in Signal::iterator() {
+        if matches!(
+            sig,
+            Signal::SIGKILL
+                | Signal::SIGSTOP
+                | Signal::SIGCHLD
+                | Signal::SIGSEGV
+                | Signal::SIGBUS
+                | Signal::SIGFPE
+                | Signal::SIGILL
+                | Signal::SIGTRAP
+                | Signal::SIGSYS
+        ) {
+            continue;
+        }
+        // SAFETY: the handler does nothing, so it is async-signal-safe; a signal that cannot be
+        // caught here is left as it is.
+        let _ = unsafe { sigaction(sig, &act) };
+    }
+}
+
 fn die_with_parent() -> nix::Result<()> {
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
 }
@@ -136,6 +170,7 @@ fn split_off_waiter(
                 // SAFETY: the waiter needs none of the session's descriptors.
                 unsafe { libc::close(fd) };
             }
+            shield_waiter();
             if let Some(s) = supervision {
                 drop(s.child_end);
                 start_supervisor(s.waiter_end, s.scope);
