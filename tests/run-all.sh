@@ -17,6 +17,9 @@ say() {
   stage_start=$now
 }
 is_root() { [ "$(id -u)" = 0 ]; }
+# A failing test prints its panic message and location, not a backtrace: CI keeps only the tail
+# of the output, and a backtrace there pushed the message out of it.
+export RUST_BACKTRACE=0
 
 # --- 1. What the suite needs -------------------------------------------------------------
 need=()

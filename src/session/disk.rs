@@ -7,7 +7,7 @@
 //! - Accounted directories are watched by a thread for as long as the sandbox lives (its own
 //!   thread, woken straight from `poll`, so a busy runtime does not delay it). It measures
 //!   them ([`usage::measure`]) when inotify says something in them was written or created (a
-//!   fast writer is caught within a walk or two; such walks are at least five walks' time
+//!   fast writer is caught within a walk or two; such walks are at least five walks' CPU time
 //!   apart, so at most a sixth of a core goes to them), at least every 500 ms otherwise (every
 //!   100 ms where inotify cannot watch; every 50 walks' time when walks are slow), and at the
 //!   end of each cell. Beyond the cap, or when a directory cannot be measured, it kills the
@@ -181,7 +181,7 @@ struct First {
 impl First {
     fn take(roots: &[std::path::PathBuf]) -> First {
         let notifier = Notifier::new();
-        let started = Instant::now();
+        let started = WalkClock::start();
         let mut watched = notifier.is_some();
         let base = usage::measure(roots, &mut |fd| {
             if let Some(n) = &notifier {
@@ -290,6 +290,38 @@ fn mb(bytes: u64) -> String {
     }
 }
 
+/// What a walk cost: the watcher thread's CPU time where the system keeps it, else wall time.
+/// CPU time is what the spacing of walks bounds ("at most a sixth of a core"); wall time would
+/// count the time the thread waited for a core, so on a loaded machine one preempted walk
+/// spaced the next ones far apart and a fast writer got far past the cap before the next.
+struct WalkClock {
+    cpu: Option<Duration>,
+    wall: Instant,
+}
+
+impl WalkClock {
+    fn start() -> WalkClock {
+        WalkClock {
+            cpu: thread_cpu_time(),
+            wall: Instant::now(),
+        }
+    }
+
+    fn elapsed(&self) -> Duration {
+        match (self.cpu, thread_cpu_time()) {
+            (Some(a), Some(b)) => b.saturating_sub(a),
+            _ => self.wall.elapsed(),
+        }
+    }
+}
+
+fn thread_cpu_time() -> Option<Duration> {
+    use nix::time::{clock_gettime, ClockId};
+    clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .ok()
+        .map(Duration::from)
+}
+
 /// The watcher's niceness where it may raise its priority (root): a sandbox busy on every core
 /// (a fork bomb beside it, or itself) must not delay the walk that stops it.
 const WATCHER_NICE: i32 = -10;
@@ -325,7 +357,7 @@ fn watch(
         let gap = MIN_GAP.max(walk_time * 5);
         if dirty && (base.is_none() || !waiting.is_empty() || now >= walked_at + gap) {
             dirty = false;
-            let started = Instant::now();
+            let started = WalkClock::start();
             let mut all_watched = notifier.is_some();
             let u = usage::measure(&cap.accounted, &mut |fd| {
                 if let Some(n) = &notifier {
@@ -333,7 +365,7 @@ fn watch(
                 }
             });
             walked_at = Instant::now();
-            walk_time = walked_at - started;
+            walk_time = started.elapsed();
             watched = all_watched;
             let period = if watched { PERIOD } else { PERIOD_UNWATCHED };
             backstop = walked_at + period.max(walk_time * 50);
