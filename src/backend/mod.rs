@@ -115,6 +115,9 @@ pub struct LayersReport {
     pub cgroup: bool,
     /// The resource limits set, e.g. "AddressSpace(536870912)".
     pub rlimits: Vec<String>,
+    /// The helper's stage timings, when `SANDPIT_TIMINGS` is on (see `util::timing`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub marks: Vec<crate::util::timing::Mark>,
 }
 
 impl LayersReport {
@@ -202,6 +205,20 @@ pub fn argv(interpreter: &std::path::Path, spec: &LaunchSpec) -> Vec<String> {
     std::iter::once(interpreter.display().to_string())
         .chain(spec.driver_args.iter().cloned())
         .collect()
+}
+
+/// The driver arguments for a host interpreter (the backends that run the host's own: linux,
+/// unsandboxed, macos): Python's driver precompiled by that interpreter where it can be
+/// (`pipeline::wrapper::precompiled`, 7 ms less per start), else the spec's.
+pub fn host_driver_args(interpreter: &std::path::Path, spec: &LaunchSpec) -> Vec<String> {
+    if spec.language == Language::Python {
+        if let Some(args) =
+            crate::pipeline::wrapper::precompiled::python_driver_args(interpreter, &spec.state_dir)
+        {
+            return args;
+        }
+    }
+    spec.driver_args.clone()
 }
 
 /// The environment every sandbox starts with (`interface.md` §2): `PATH HOME TMPDIR LANG TERM
@@ -338,10 +355,13 @@ pub trait Plan: Send {
 /// Plans, then spawns, one sandbox for `spec`.
 pub async fn launch(backend: &dyn Backend, spec: &LaunchSpec) -> Result<Launched> {
     let plan = backend.plan(spec).await?;
+    crate::util::timing::mark("plan (state directory, uid, disk cap, cgroup)");
     if tracing::enabled!(tracing::Level::TRACE) {
         tracing::trace!(session = %spec.session_id, backend = backend.kind().as_str(), plan = %plan.describe(), "launch plan");
     }
-    plan.spawn().await
+    let launched = plan.spawn().await;
+    crate::util::timing::mark("spawn");
+    launched
 }
 
 /// Whether a backend can run here, and exactly why not.

@@ -99,7 +99,9 @@ impl super::Backend for UnsandboxedBackend {
                 &workspace.display().to_string(),
                 spec,
             );
-            let argv = super::argv(&interpreter, spec);
+            let argv = std::iter::once(interpreter.display().to_string())
+                .chain(super::host_driver_args(&interpreter, spec))
+                .collect::<Vec<_>>();
             Ok(Box::new(UnsandboxedPlan {
                 program: super::pty_spawn::Program {
                     path: interpreter,

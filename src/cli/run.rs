@@ -125,6 +125,7 @@ pub async fn run(args: RunArgs, policy: Policy) -> ExitCode {
         Ok(b) => b,
         Err(e) => return fail(args.json, language, "none", &e),
     };
+    crate::util::timing::mark("backend selection (availability checks)");
     if backend.kind() == backend::BackendKind::Unsandboxed {
         eprintln!("sandpit: warning: the unsandboxed backend runs this code with NO isolation");
     }
@@ -141,6 +142,7 @@ pub async fn run(args: RunArgs, policy: Policy) -> ExitCode {
         Ok(m) => m,
         Err(e) => return fail(args.json, language, backend_name, &e),
     };
+    crate::util::timing::mark("session manager (analyzer, redaction, audit log)");
     let via = Via {
         interface: "cli",
         approver: Some(Arc::new(super::approve::TerminalApprover {
@@ -188,6 +190,7 @@ pub async fn run(args: RunArgs, policy: Policy) -> ExitCode {
         let _ = p.await;
     }
     manager.shutdown().await;
+    crate::util::timing::mark("session manager shutdown");
     if args.json {
         super::print_stdout(&format!(
             "{}\n",
@@ -215,6 +218,13 @@ pub async fn run(args: RunArgs, policy: Policy) -> ExitCode {
         if let Some(v) = &result.result {
             let _ = v; // `result` is part of --json output; plain runs show what the code printed.
         }
+    }
+    if crate::util::timing::enabled() {
+        crate::util::timing::mark("print the result");
+        eprint!(
+            "{}",
+            crate::util::timing::render(&crate::util::timing::marks())
+        );
     }
     exit(result.cli_exit_code())
 }

@@ -253,7 +253,9 @@ impl SessionManager {
         if let Err(e) = self.validate(&req) {
             return fail(e, &Admission::default());
         }
-        let admission = match self.pipeline.admit(&req, &user, caller).await {
+        let admission = self.pipeline.admit(&req, &user, caller).await;
+        crate::util::timing::mark("analyzer and approval");
+        let admission = match admission {
             Ok(a) => a,
             Err(e) => {
                 // Already audited by the pipeline.
@@ -267,6 +269,7 @@ impl SessionManager {
             Ok(mut r) => {
                 self.pipeline
                     .finish(&req, &user, caller, &admission, &mut r);
+                crate::util::timing::mark("redaction and audit record");
                 r
             }
             Err(e) => fail(e, &admission),
@@ -327,7 +330,9 @@ impl SessionManager {
             let mut s = self.start_session(config).await?;
             let tools = scope_for(Default::default());
             let r = s.run_request_cancellable(req, output, cancel, tools).await;
+            crate::util::timing::mark("the cell");
             s.kill().await;
+            crate::util::timing::mark("sandbox removal");
             drop(permit);
             // The sandbox is gone: its id names no session a caller could come back to.
             return r.map(|mut r| {

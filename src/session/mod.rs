@@ -478,10 +478,12 @@ impl Session {
                         "could not confine the interpreter at step {step}: {message}"
                     )));
                 }
-                StartupLine::Setup(crate::backend::SetupMessage::Layers(layers)) => {
+                StartupLine::Setup(crate::backend::SetupMessage::Layers(mut layers)) => {
+                    crate::util::timing::extend(std::mem::take(&mut layers.marks));
                     running.layers = Some(layers);
                 }
                 StartupLine::Ready(r) if r.ready => {
+                    crate::util::timing::mark("interpreter and driver start");
                     running.version = r.version;
                     break;
                 }
@@ -1311,6 +1313,7 @@ mod tests {
             seccomp_filters: vec!["allow".into()],
             cgroup: false,
             rlimits: vec![],
+            marks: vec![],
         });
         let text = serde_json::to_string(&layers).unwrap();
         assert!(

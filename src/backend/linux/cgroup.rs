@@ -266,14 +266,24 @@ impl Drop for Cgroup {
         // retrying briefly while the last ones finish exiting. Whatever is still busy after that
         // is retried off-thread (a one-shot `sandpit run` may exit first: then `remove_stale`
         // at the next start takes it).
+        // The waits start short and double (0.1, 0.2, 0.4 ... 6.4 ms, then 6.4 ms each, about
+        // 100 ms in all): the last exits usually take well under a millisecond, and a fixed 5 ms
+        // wait was a tenth of a one-shot run's time.
         let mut left = remove_dirs(std::mem::take(&mut self.view.dirs));
-        for _ in 0..20 {
+        let mut wait = std::time::Duration::from_micros(100);
+        let mut waited = std::time::Duration::ZERO;
+        while waited < std::time::Duration::from_millis(100) {
             if left.is_empty() {
                 return;
             }
             kill_members(&left);
-            std::thread::sleep(std::time::Duration::from_millis(5));
+            std::thread::sleep(wait);
+            waited += wait;
+            wait = (wait * 2).min(std::time::Duration::from_micros(6400));
             left = remove_dirs(left);
+        }
+        if left.is_empty() {
+            return;
         }
         std::thread::spawn(move || {
             for _ in 0..100 {

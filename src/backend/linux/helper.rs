@@ -10,6 +10,7 @@
 use super::plan::LinuxPlan;
 use super::{landlock_rules, mounts, reaper, seccomp, supervisor};
 use crate::backend::{LayersReport, SetupMessage};
+use crate::util::timing::{self, mark};
 use nix::sched::{unshare, CloneFlags};
 use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
 use nix::sys::wait::{waitpid, WaitStatus};
@@ -201,6 +202,7 @@ fn split_off_waiter(
 
 /// Entry point of the helper stage.
 pub fn main(plan_json: &str) -> ! {
+    mark("helper starts (exec of sandpit)");
     let plan: LinuxPlan = serde_json::from_str(plan_json).unwrap_or_else(|e| fail(Step::Plan, e));
 
     // 1. Process hygiene. We are already a session leader with the PTY as controlling terminal
@@ -230,6 +232,7 @@ pub fn main(plan_json: &str) -> ! {
         }
     }
 
+    mark("helper: set-up and cgroup placement");
     // 3. Namespaces. Unprivileged, the user namespace comes first (unshare handles it first) and
     //    grants the capabilities the mounts need; we map only our own uid and gid, so nothing
     //    inside is root on the host and files in the workspace keep their owner.
@@ -261,6 +264,7 @@ pub fn main(plan_json: &str) -> ! {
         write("/proc/self/gid_map", format!("{gid} {gid} 1"));
     }
 
+    mark("helper: namespaces");
     // 4. PID namespace: only children enter it. The parent stays outside as a plain waiter that
     //    reports the exit status; the child becomes PID 1, whose exit kills everything inside.
     if ns.pid {
@@ -305,6 +309,7 @@ pub fn main(plan_json: &str) -> ! {
         fail(Step::Plan, "supervision needs the no-PID-namespace waiter");
     }
 
+    mark("helper: fork (waiter and child)");
     // 5. Filesystem view: the sandbox's own root (needs the mount namespace; must precede
     //    Landlock, which forbids mount changes once enforced).
     if let Some(root) = &plan.root {
@@ -315,6 +320,7 @@ pub fn main(plan_json: &str) -> ! {
             .unwrap_or_else(|e| fail(Step::Namespaces, format!("sethostname: {e}")));
     }
 
+    mark("helper: mounts (own root)");
     // 6. Privileges. Empty the capability bounding set, then (as root) become the session's own
     //    uid: setgroups first, gid before uid, since each needs the privilege the next removes.
     for cap in 0..=63 {
@@ -334,15 +340,18 @@ pub fn main(plan_json: &str) -> ! {
         }
     }
 
+    mark("helper: privileges");
     // 7. rlimits, after the uid change (RLIMIT_NPROC counts the new uid's processes).
     for r in &plan.rlimits {
         r.apply().unwrap_or_else(|e| fail(Step::Rlimits, e));
     }
 
+    mark("helper: rlimits");
     // 8. Landlock: the paths as the sandbox now sees them. Also sets no_new_privs.
     let landlock =
         landlock_rules::apply(&plan.landlock).unwrap_or_else(|e| fail(Step::Landlock, e));
 
+    mark("helper: landlock");
     // 9. no_new_privs, then seccomp last: the filters would otherwise refuse the steps above.
     nix::sys::prctl::set_no_new_privs()
         .unwrap_or_else(|e| fail(Step::Seccomp, format!("PR_SET_NO_NEW_PRIVS: {e}")));
@@ -371,6 +380,7 @@ pub fn main(plan_json: &str) -> ! {
         }
     }
 
+    mark("helper: seccomp");
     // 10. Tell the host what is in force, then exec the interpreter with a clean environment.
     let ns_names = [
         (ns.user, "user"),
@@ -392,6 +402,7 @@ pub fn main(plan_json: &str) -> ! {
         seccomp_filters: filter_names,
         cgroup: plan.wait_for_placement,
         rlimits: plan.rlimits.iter().map(|r| format!("{r:?}")).collect(),
+        marks: timing::marks(),
     });
     let text = serde_json::to_string(&report).unwrap_or_default();
     write_fd(RESPONSE_FD, format!("{text}\n").as_bytes());

@@ -650,6 +650,7 @@ impl LinuxBackend {
             } else {
                 0
             },
+            driver_args: Some(crate::backend::host_driver_args(&interpreter, spec)),
             interpreter,
         };
         if !ns.ok && facts.landlock_abi == 0 {
@@ -741,7 +742,11 @@ impl Planned {
             super::pty_spawn::Program {
                 path: helper,
                 args: vec![HELPER_ARG.into(), plan_json],
-                env: vec![],
+                // The helper's own environment: empty, but for the timings switch.
+                env: crate::util::timing::enabled()
+                    .then(|| (crate::util::timing::ENV.to_string(), "1".to_string()))
+                    .into_iter()
+                    .collect(),
                 cwd: None,
             },
             super::pty_spawn::Extras {

@@ -31,6 +31,9 @@ pub struct HostFacts {
     pub nproc_base: u64,
     /// The host interpreter for the spec's language (the policy's `[interpreters]`).
     pub interpreter: PathBuf,
+    /// The driver arguments for that interpreter when they differ from the spec's (Python's
+    /// precompiled driver: `backend::host_driver_args`).
+    pub driver_args: Option<Vec<String>>,
 }
 
 /// Which namespaces the helper unshares.
@@ -146,7 +149,12 @@ pub fn build(
     };
     let (uid, gid) = host.session_ids.unwrap_or((host.uid, host.gid));
 
-    let mut argv = crate::backend::argv(&host.interpreter, spec);
+    let mut argv = match &host.driver_args {
+        Some(args) => std::iter::once(host.interpreter.display().to_string())
+            .chain(args.iter().cloned())
+            .collect(),
+        None => crate::backend::argv(&host.interpreter, spec),
+    };
     let mb = 1024 * 1024;
     let memory_limit = match spec.language {
         Language::Javascript => {
@@ -353,6 +361,7 @@ mod tests {
             in_cgroup: false,
             nproc_base: 0,
             interpreter: "/usr/bin/python3".into(),
+            driver_args: None,
         }
     }
 

@@ -24,6 +24,7 @@ mod writer;
 mod tests;
 
 pub use crate::policy::pipeline::RedactionConfig;
+pub use patterns::prewarm;
 pub use stream::StreamRedactor;
 pub use writer::{RedactingStderr, RedactingWriter};
 
@@ -63,8 +64,7 @@ impl std::fmt::Debug for Redactor {
         f.debug_struct("Redactor")
             .field("enabled", &self.enabled)
             .field("literals", &self.engine.literals)
-            .field("rules", &self.engine.rules.len())
-            .field("blocks", &self.engine.blocks.len())
+            .field("builtin_patterns", &self.engine.builtin)
             .finish()
     }
 }
@@ -109,12 +109,6 @@ impl Redactor {
             }
         }
         let literals = Literals::new(values)?;
-        let (rules, blocks) = if config.builtin_patterns {
-            let builtins = patterns::builtins()?;
-            (builtins.rules.clone(), builtins.blocks.clone())
-        } else {
-            (Vec::new(), Vec::new())
-        };
         for w in &warnings {
             tracing::warn!("redaction: {w}");
         }
@@ -122,8 +116,9 @@ impl Redactor {
             enabled: true,
             engine: Engine {
                 literals,
-                rules,
-                blocks,
+                builtin: config.builtin_patterns,
+                rules: Vec::new(),
+                blocks: Vec::new(),
             },
             warnings,
         })

@@ -239,6 +239,10 @@ pub(crate) struct Literals {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Engine {
     pub literals: Option<Literals>,
+    /// The built-in rules, taken when first needed ([`builtins`]), not at construction: their
+    /// compile (4.5 ms) then overlaps the sandbox's start ([`prewarm`]) instead of preceding it.
+    pub builtin: bool,
+    /// Rules of the engine's own (tests): used where `builtin` is off.
     pub rules: Vec<Rule>,
     pub blocks: Vec<BlockRule>,
 }
@@ -356,6 +360,31 @@ pub(crate) fn load(toml_text: &str) -> Result<(PatternFile, Builtins), RedactErr
 }
 
 /// The built-in patterns, parsed and compiled on first use.
+/// Compiles the built-in rules on a thread of their own, so the first redaction finds them
+/// ready (`sandpit run` calls this first thing: the compile then overlaps the sandbox's start).
+pub fn prewarm() {
+    let _ = std::thread::Builder::new()
+        .name("sandpit-redact-prewarm".into())
+        .spawn(|| {
+            let _ = builtins();
+        });
+}
+
+/// The built-in rules, compiled on first use (or by [`prewarm`]). They are a constant of the
+/// build (profiles/redaction.toml, included at compile time), so whether they compile is
+/// decided by the build, not the host, and the unit tests (`builtin_examples`,
+/// `builtins_compile`) prove it for every build. Were it ever not so, redaction fails closed:
+/// [`Engine::line_spans`] masks every line.
+fn compiled_builtins() -> Option<&'static Builtins> {
+    match builtins() {
+        Ok(b) => Some(b),
+        Err(e) => {
+            tracing::error!(error = %e, "the built-in redaction patterns do not compile: all output is masked");
+            None
+        }
+    }
+}
+
 pub(crate) fn builtins() -> Result<&'static Builtins, RedactError> {
     static BUILTINS: OnceLock<Result<Builtins, String>> = OnceLock::new();
     BUILTINS
@@ -414,6 +443,24 @@ impl Literals {
 // Matching
 
 impl Engine {
+    /// The single-line rules in force; `None`: the built-in ones are unavailable.
+    pub(crate) fn rules(&self) -> Option<&[Rule]> {
+        if self.builtin {
+            compiled_builtins().map(|b| b.rules.as_slice())
+        } else {
+            Some(&self.rules)
+        }
+    }
+
+    /// The block rules in force (none when the built-in ones are unavailable: every line is
+    /// masked then).
+    pub(crate) fn blocks(&self) -> &[BlockRule] {
+        if self.builtin {
+            compiled_builtins().map_or(&[], |b| b.blocks.as_slice())
+        } else {
+            &self.blocks
+        }
+    }
     /// The longest literal value, in bytes (the streaming filter keeps at least that much).
     pub(crate) fn max_literal_len(&self) -> usize {
         self.literals.as_ref().map_or(0, |l| l.max_len)
@@ -444,7 +491,11 @@ impl Engine {
                 pos = m.start() + 1;
             }
         }
-        for rule in &self.rules {
+        let Some(rules) = self.rules() else {
+            masks.push(0..text.len());
+            return;
+        };
+        for rule in rules {
             rule.for_each(text, &mut |mask, whole| {
                 if let Some(mm) = matches.as_deref_mut() {
                     mm.push(whole);
@@ -461,7 +512,7 @@ impl Engine {
     /// end has not arrived, or whose confirmation cannot be decided yet).
     pub(crate) fn scan_blocks(&self, text: &[u8], finished: bool) -> BlockScan {
         let mut scan = BlockScan::default();
-        for (index, rule) in self.blocks.iter().enumerate() {
+        for (index, rule) in self.blocks().iter().enumerate() {
             let mut pos = 0;
             while pos < text.len() {
                 let Some(b) = rule.begin.find_at(text, pos) else {
@@ -502,7 +553,7 @@ impl Engine {
 
     /// Start of an unfinished block header at the very end of `text` (`-----BEGIN RSA PRI`).
     pub(crate) fn partial_header_start(&self, text: &[u8]) -> Option<usize> {
-        self.blocks
+        self.blocks()
             .iter()
             .filter_map(|r| r.hold.find(text).map(|m| m.start()))
             .min()

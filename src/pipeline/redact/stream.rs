@@ -329,7 +329,7 @@ impl StreamRedactor {
         match self.discard.as_mut()? {
             Discard::Block { rule, tail } => {
                 tail.extend_from_slice(chunk);
-                let end = self.redactor.engine.blocks.get(*rule)?.end.find(tail);
+                let end = self.redactor.engine.blocks().get(*rule)?.end.find(tail);
                 match end {
                     Some(m) => {
                         let rest = tail[m.end()..].to_vec();

@@ -35,6 +35,8 @@
 //! The host validates every call (`pipeline::tools::ToolScope::begin`); a line it cannot read
 //! as a call but whose id it can find is answered with an error, so no caller waits forever.
 
+pub mod precompiled;
+
 use crate::pipeline::tools::ToolCall;
 use crate::types::{ExceptionInfo, Language};
 use serde::Deserialize;

@@ -299,6 +299,7 @@ type Generator = Box<dyn Fn(&mut Rng) -> String>;
 fn generic_assignment_threshold_data() {
     let (_, builtins) = patterns::load(patterns::BUILTIN_TOML).unwrap();
     let engine = patterns::Engine {
+        builtin: false,
         literals: None,
         rules: builtins
             .rules
@@ -468,6 +469,7 @@ fn throughput() {
     let (_, builtins) = patterns::load(patterns::BUILTIN_TOML).unwrap();
     for rule in &builtins.rules {
         let engine = patterns::Engine {
+            builtin: false,
             literals: None,
             rules: vec![rule.clone()],
             blocks: Vec::new(),

@@ -136,6 +136,7 @@ fn builtin_examples() {
     let mut checked = 0;
     for spec in &file.patterns {
         let engine = Engine {
+            builtin: false,
             literals: None,
             rules: builtins
                 .rules
@@ -653,4 +654,12 @@ fn invalid_utf8_passes_through() {
         let chunks: Vec<&[u8]> = input.chunks(3).collect();
         assert_eq!(stream_all(&r, &chunks, idle), expected);
     }
+}
+
+/// What `compiled_builtins` relies on: the built-in patterns of this build compile, so a
+/// redactor never runs without them.
+#[test]
+fn builtins_compile() {
+    let b = patterns::builtins().expect("the built-in patterns compile");
+    assert!(!b.rules.is_empty() && !b.blocks.is_empty());
 }
