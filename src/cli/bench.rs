@@ -187,6 +187,10 @@ pub struct BackendFigures {
     pub backend: String,
     pub languages: Vec<LanguageFigures>,
     pub one_shot_python_pass: Stats,
+    /// Where the one-shot run's time goes (`SANDPIT_TIMINGS`), median per stage; the first,
+    /// "sandpit starts", is from the spawn to `main`, and "process exit" from the last mark to
+    /// the exit status.
+    pub one_shot_stages: Vec<StageTime>,
 }
 
 #[derive(Debug, Serialize)]
@@ -269,7 +273,103 @@ pub struct Report {
     pub pipeline: Vec<PipelineFigures>,
     pub mcp: Option<McpFigures>,
     pub docker_baseline: Option<DockerBaseline>,
+    /// bubblewrap running `python3 -c pass` with the flags the Codex and Anthropic sandboxes
+    /// use ([`BWRAP_ARGS`]), when `bwrap` is installed: what a one-shot sandbox costs elsewhere.
+    pub bwrap_python_pass: Option<Stats>,
     pub backends: Vec<BackendFigures>,
+}
+
+/// bubblewrap's arguments before the interpreter, as the Codex and Anthropic sandboxes use it.
+const BWRAP_ARGS: &[&str] = &[
+    "--new-session",
+    "--die-with-parent",
+    "--ro-bind",
+    "/",
+    "/",
+    "--dev",
+    "/dev",
+    "--proc",
+    "/proc",
+    "--unshare-all",
+    "--tmpfs",
+    "/tmp",
+];
+
+/// `bwrap ... python3 -c pass`, when bubblewrap is on PATH and works here.
+fn bwrap_baseline(policy: &Policy, cold: usize) -> Option<Stats> {
+    let python = policy.interpreters.path(Language::Python);
+    let run = || {
+        std::process::Command::new("bwrap")
+            .args(BWRAP_ARGS)
+            .arg(python)
+            .args(["-c", "pass"])
+            .env_clear()
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+    };
+    match run() {
+        Ok(s) if s.success() => {}
+        Ok(s) => {
+            eprintln!("sandpit bench: bwrap does not run here ({s}): no bubblewrap baseline");
+            return None;
+        }
+        Err(_) => return None,
+    }
+    let mut times = Vec::new();
+    for _ in 0..cold {
+        let t = Instant::now();
+        run().ok()?;
+        times.push(t.elapsed());
+    }
+    Some(stats(times))
+}
+
+/// Per-stage medians (ms) of `SANDPIT_TIMINGS` breakdowns, in the order stages first appear.
+fn stage_medians(runs: &[Vec<(String, f64)>]) -> Vec<StageTime> {
+    let mut order: Vec<String> = Vec::new();
+    let mut samples: std::collections::HashMap<String, Vec<f64>> = Default::default();
+    for run in runs {
+        for (stage, ms) in run {
+            if !samples.contains_key(stage) {
+                order.push(stage.clone());
+            }
+            samples.entry(stage.clone()).or_default().push(*ms);
+        }
+    }
+    order
+        .into_iter()
+        .map(|stage| {
+            let mut v = samples.remove(&stage).unwrap_or_default();
+            v.sort_by(f64::total_cmp);
+            StageTime {
+                p50_ms: v.get(v.len() / 2).copied().unwrap_or(0.0),
+                stage,
+            }
+        })
+        .collect()
+}
+
+/// The breakdown `sandpit run` prints on stderr with `SANDPIT_TIMINGS` (`  1.234  stage`).
+fn parse_timings(stderr: &str) -> Vec<(String, f64)> {
+    stderr
+        .lines()
+        .skip_while(|l| !l.starts_with("sandpit timings"))
+        .skip(1)
+        .filter_map(|l| {
+            let (ms, stage) = l.trim().split_once("  ")?;
+            let ms: f64 = ms.trim().parse().ok()?;
+            Some((stage.trim().to_string(), ms))
+        })
+        .filter(|(stage, _)| stage != "total")
+        .collect()
+}
+
+/// One stage of a one-shot run and its median.
+#[derive(Debug, Serialize)]
+pub struct StageTime {
+    pub stage: String,
+    pub p50_ms: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -676,26 +776,37 @@ async fn measure_backend(
     let exe =
         std::env::current_exe().map_err(|e| crate::Error::io("find the sandpit executable", e))?;
     let mut runs = Vec::new();
+    let mut breakdowns = Vec::new();
     for _ in 0..cold {
         let t = Instant::now();
-        let st = std::process::Command::new(&exe)
+        let since = crate::util::timing::now_ns();
+        let out = std::process::Command::new(&exe)
             .args(["run", "-b", kind.as_str(), "-l", "python", "pass"])
+            .env(crate::util::timing::ENV, format!("since:{since}"))
             .stdin(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
+            .output()
             .map_err(|e| crate::Error::io("run sandpit", e))?;
-        if !st.success() {
+        let took = t.elapsed();
+        let ended = crate::util::timing::now_ns();
+        if !out.status.success() {
             return Err(crate::Error::sandbox(format!(
-                "`sandpit run -b {}` failed: {st}",
-                kind.as_str()
+                "`sandpit run -b {}` failed: {}",
+                kind.as_str(),
+                out.status
             )));
         }
-        runs.push(t.elapsed());
+        runs.push(took);
+        let mut stages = parse_timings(&String::from_utf8_lossy(&out.stderr));
+        let marked: f64 = stages.iter().map(|(_, ms)| ms).sum();
+        let exit = (ended.saturating_sub(since)) as f64 / 1e6 - marked;
+        stages.push(("process exit".into(), exit.max(0.0)));
+        breakdowns.push(stages);
     }
     Ok(BackendFigures {
         backend: kind.as_str().into(),
         languages,
         one_shot_python_pass: stats(runs),
+        one_shot_stages: stage_medians(&breakdowns),
     })
 }
 
@@ -835,11 +946,13 @@ pub async fn bench(args: BenchArgs, policy: Policy) -> ExitCode {
         }
         None => None,
     };
+    let bwrap_python_pass = bwrap_baseline(&policy, args.cold);
     let report = Report {
         baselines,
         pipeline,
         mcp,
         docker_baseline,
+        bwrap_python_pass,
         backends,
     };
     if args.json {
@@ -958,9 +1071,57 @@ pub async fn bench(args: BenchArgs, policy: Policy) -> ExitCode {
             .map(|b| b.bare_start.p50_ms)
             .unwrap_or(0.0);
         println!(
-            "  one-shot `sandpit run -l python pass`: p50 {:.2} ms (bare python3 -c pass {:.2} ms, +{:.2} ms)",
-            f.one_shot_python_pass.p50_ms, bare_py, f.one_shot_python_pass.p50_ms - bare_py
+            "  one-shot `sandpit run -l python pass`: p50 {:.2} ms (bare python3 -c pass {:.2} ms, +{:.2} ms; {:.2}x bare)",
+            f.one_shot_python_pass.p50_ms,
+            bare_py,
+            f.one_shot_python_pass.p50_ms - bare_py,
+            f.one_shot_python_pass.p50_ms / bare_py.max(1e-9)
         );
+        if let Some(bw) = &report.bwrap_python_pass {
+            println!(
+                "  bubblewrap (the Codex / Anthropic flags) python3 -c pass: p50 {:.2} ms; sandpit is {:.2}x that",
+                bw.p50_ms,
+                f.one_shot_python_pass.p50_ms / bw.p50_ms.max(1e-9)
+            );
+        }
+        println!("  where the one-shot run's time goes (p50 ms per stage):");
+        for s in &f.one_shot_stages {
+            println!("    {:8.3}  {}", s.p50_ms, s.stage);
+        }
     }
     ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_s_timings_become_per_stage_medians() {
+        let stderr = "some output\nsandpit timings (ms):\n     1.500  sandpit starts\n    14.250  interpreter and driver start\n    15.750  total\n";
+        let one = parse_timings(stderr);
+        assert_eq!(
+            one,
+            vec![
+                ("sandpit starts".to_string(), 1.5),
+                ("interpreter and driver start".to_string(), 14.25)
+            ]
+        );
+        let other = vec![
+            ("sandpit starts".to_string(), 2.5),
+            ("interpreter and driver start".to_string(), 10.0),
+            ("process exit".to_string(), 1.0),
+        ];
+        let third = vec![("sandpit starts".to_string(), 0.5)];
+        let m = stage_medians(&[one, other, third]);
+        let got: Vec<(&str, f64)> = m.iter().map(|s| (s.stage.as_str(), s.p50_ms)).collect();
+        assert_eq!(
+            got,
+            vec![
+                ("sandpit starts", 1.5),
+                ("interpreter and driver start", 14.25),
+                ("process exit", 1.0)
+            ]
+        );
+    }
 }

@@ -6,6 +6,9 @@ use crate::policy::{ConfigSource, Policy};
 use std::process::ExitCode;
 
 pub fn doctor(json: bool, policy: &Policy, source: &ConfigSource) -> ExitCode {
+    // What the host gives now, not what an earlier run found.
+    #[cfg(target_os = "linux")]
+    backend::linux::probe_fresh();
     let helper = match backend::helper_path() {
         Ok(h) => h,
         Err(e) => {

@@ -13,6 +13,7 @@ pub mod landlock_rules;
 pub mod metadata;
 pub mod mounts;
 pub mod plan;
+mod probe_cache;
 pub mod procfs;
 pub mod reaper;
 pub mod rlimits;
@@ -131,33 +132,61 @@ fn namespaces_for(policy: &Policy, helper: &Path) -> NamespaceProbe {
             ok: false,
             detail: "turned off by linux.namespaces = \"off\"".into(),
         },
-        crate::policy::LayerMode::Auto => probe_namespaces(helper),
+        crate::policy::LayerMode::Auto => {
+            probe_namespaces(helper, &policy.state_dir_for(crate::util::euid()))
+        }
     }
 }
 
-fn probe_namespaces(helper: &Path) -> NamespaceProbe {
+/// Set by [`probe_fresh`]: this process runs the probe itself, whatever is kept.
+static FRESH_PROBE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes this process run the namespace probe itself instead of believing a kept answer, and
+/// keep (or forget) what it finds (`sandpit doctor`: where one looks when something changed).
+pub fn probe_fresh() {
+    FRESH_PROBE.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The namespace probe's answer: once per process, and a positive one kept between runs
+/// (`probe_cache`).
+fn probe_namespaces(helper: &Path, state_dir: &Path) -> NamespaceProbe {
     static CACHE: OnceLock<NamespaceProbe> = OnceLock::new();
     CACHE
         .get_or_init(|| {
-            let out = std::process::Command::new(helper)
-                .arg(PROBE_ARG)
-                .env_clear()
-                .output();
-            match out {
-                Ok(o) => serde_json::from_slice(&o.stdout).unwrap_or_else(|_| NamespaceProbe {
-                    ok: false,
-                    detail: format!(
-                        "probe failed: {}",
-                        String::from_utf8_lossy(&o.stderr).trim()
-                    ),
-                }),
-                Err(e) => NamespaceProbe {
-                    ok: false,
-                    detail: format!("cannot run {}: {e}", helper.display()),
-                },
+            let kept = probe_cache::file(state_dir, helper);
+            if !FRESH_PROBE.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Some(probe) = kept.as_deref().and_then(probe_cache::load) {
+                    return probe;
+                }
             }
+            let probe = run_probe(helper);
+            if let Some(f) = &kept {
+                probe_cache::store(f, &probe);
+            }
+            probe
         })
         .clone()
+}
+
+/// Runs the probe in a throwaway child ([`probe_main`]).
+fn run_probe(helper: &Path) -> NamespaceProbe {
+    let out = std::process::Command::new(helper)
+        .arg(PROBE_ARG)
+        .env_clear()
+        .output();
+    match out {
+        Ok(o) => serde_json::from_slice(&o.stdout).unwrap_or_else(|_| NamespaceProbe {
+            ok: false,
+            detail: format!(
+                "probe failed: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            ),
+        }),
+        Err(e) => NamespaceProbe {
+            ok: false,
+            detail: format!("cannot run {}: {e}", helper.display()),
+        },
+    }
 }
 
 /// The Landlock ABI sessions use: the kernel's, capped by `linux.landlock_abi_max`; 0 when
