@@ -604,6 +604,10 @@ impl LinuxBackend {
     /// [`Self::prepare`]; [`plan::build`] is pure; only [`Planned::spawn`] starts a process.
     fn plan_now(&self, spec: &LaunchSpec) -> Result<Planned> {
         let t0 = std::time::Instant::now();
+        // The placement's grace period starts now, beside the preparation and the spawn.
+        if let Some(v) = cgroup::detect() {
+            cgroup::prime_placement(v);
+        }
         let prepared = self.prepare(spec)?;
         tracing::debug!(
             elapsed_us = t0.elapsed().as_micros() as u64,
