@@ -64,9 +64,10 @@ pub fn probe() -> Result<Version, String> {
 /// single cost of a native one-shot run). A writer that comes while another's grace period is
 /// under way, or soon after one, waits only for what is left of it. So this thread "moves"
 /// itself into the pids cgroup it is already in (the kernel takes the lock before it looks;
-/// nothing moves) as soon as a session is being planned, and the helper's real placement, a
-/// few milliseconds later, finds the grace period under way or passed. The lock is held only
-/// for the no-op move itself, as for any move.
+/// nothing moves) as soon as the session's cgroup exists (the move holds `cgroup_mutex` while
+/// it waits, so a cgroup made after it would wait too), and the helper's real placement, a few
+/// milliseconds later, finds the grace period under way or passed. The lock is held only for
+/// the no-op move itself, as for any move.
 pub fn prime_placement(version: Version) {
     if version != Version::V1 {
         return;

@@ -604,10 +604,6 @@ impl LinuxBackend {
     /// [`Self::prepare`]; [`plan::build`] is pure; only [`Planned::spawn`] starts a process.
     fn plan_now(&self, spec: &LaunchSpec) -> Result<Planned> {
         let t0 = std::time::Instant::now();
-        // The placement's grace period starts now, beside the preparation and the spawn.
-        if let Some(v) = cgroup::detect() {
-            cgroup::prime_placement(v);
-        }
         let prepared = self.prepare(spec)?;
         tracing::debug!(
             elapsed_us = t0.elapsed().as_micros() as u64,
@@ -634,6 +630,9 @@ impl LinuxBackend {
         let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
         let is_root = uid == 0;
         let name = random_name()?;
+        // The cgroup first: its placement's grace period then runs beside the rest of the
+        // preparation and the spawn (`cgroup::prime_placement`).
+        let session_cgroup = session_cgroup(&name, &spec.sandbox.limits);
         let (dirs, mut guard) = session_directories(spec, &name, uid, is_root)?;
         let (lease, session_ids) = self.session_uid(spec, is_root)?;
         if let Some((u, g)) = session_ids {
@@ -653,7 +652,7 @@ impl LinuxBackend {
             is_root,
         );
         guard.disk = mounts;
-        guard.cgroup = session_cgroup(&name, &spec.sandbox.limits);
+        guard.cgroup = session_cgroup;
         let no_cgroup = guard.cgroup.is_none().then(|| {
             cgroup::probe()
                 .err()
@@ -882,7 +881,10 @@ fn session_cgroup(name: &str, limits: &crate::policy::Limits) -> Option<cgroup::
     static SWEPT: std::sync::Once = std::sync::Once::new();
     SWEPT.call_once(|| cgroup::remove_stale(v));
     match cgroup::Cgroup::create(v, &format!("s-{name}"), limits) {
-        Ok(c) => Some(c),
+        Ok(c) => {
+            cgroup::prime_placement(v);
+            Some(c)
+        }
         Err(e) => {
             let e = LinuxError::Cgroup(e);
             tracing::warn!(
