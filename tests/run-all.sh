@@ -34,6 +34,9 @@ if is_root; then
   # The Docker backend: an engine, and debootstrap to build the sandbox image without a registry.
   command -v dockerd >/dev/null || need+=(docker.io)
   command -v debootstrap >/dev/null || need+=(debootstrap)
+  # bubblewrap: `sandpit bench` compares a one-shot run with it (the integration smoke test
+  # checks that the comparison and the per-stage breakdown are there).
+  command -v bwrap >/dev/null || need+=(bubblewrap)
 fi
 if [ ${#need[@]} -gt 0 ]; then
   if is_root; then
