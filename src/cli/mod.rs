@@ -5,6 +5,7 @@ mod approve;
 mod bench;
 mod doctor;
 mod image;
+mod outputs;
 mod repl;
 pub(crate) mod run;
 mod terminal;

@@ -1,7 +1,7 @@
 //! `sandpit run`: one execution in a fresh sandbox. Without `--json` output streams live and the
 //! exit status is the code's; with it, exactly one `ExecResult` is printed.
 
-use super::{backend_choice, BackendArg, EXIT_USAGE};
+use super::{backend_choice, outputs, BackendArg, EXIT_USAGE};
 use crate::backend;
 use crate::policy::Policy;
 use crate::session::manager::{SessionManager, Via};
@@ -38,6 +38,10 @@ pub struct RunArgs {
     /// Print exactly one ExecResult as JSON
     #[arg(long)]
     json: bool,
+    /// Write the cell's rich outputs (figures, display() calls, the value's representations)
+    /// to DIR as output-N.EXT, and say so on stderr
+    #[arg(long, value_name = "DIR")]
+    save_outputs: Option<PathBuf>,
     /// Read the code from FILE
     #[arg(
         short = 'f',
@@ -217,6 +221,19 @@ pub async fn run(args: RunArgs, policy: Policy) -> ExitCode {
         }
         if let Some(v) = &result.result {
             let _ = v; // `result` is part of --json output; plain runs show what the code printed.
+        }
+    }
+    if let Some(dir) = &args.save_outputs {
+        match outputs::save(dir, &result.outputs) {
+            Ok(saved) => {
+                for s in saved {
+                    eprintln!("sandpit: saved {s}");
+                }
+            }
+            Err(e) => {
+                eprintln!("sandpit: {}", e.message_with_hint());
+                return ExitCode::from(super::EXIT_SANDPIT_FAILURE);
+            }
         }
     }
     if crate::util::timing::enabled() {

@@ -40,6 +40,12 @@ if [ -r /etc/ssl/certs/ca-certificates.crt ]; then
 fi
 case "$INSTALLER" in
   pip)
+    # pip downloads, unpacks and builds in its temporary directory: in the workspace (capped by
+    # limits.disk_mb), not in /tmp (limits.tmp_size_mb, 64 MB by default: too small for wheels
+    # such as numpy's). Removed when the installer ends, however it ends.
+    export TMPDIR="$SANDPIT_WORKSPACE/.sandpit/pip-tmp"
+    mkdir -p "$TMPDIR"
+    trap 'rm -rf "$TMPDIR"' EXIT
     cd "$TMPDIR"
     "$PYBIN" -I -m pip install --no-input --disable-pip-version-check --no-cache-dir \
       --progress-bar off --no-warn-script-location --upgrade \
@@ -132,13 +138,30 @@ pub async fn install(
             tail(&r.stdout, &r.stderr)
         ))),
         _ => Err(Error::PackageInstall(format!(
-            "{installer} failed (exit {}): {}",
+            "{installer} failed (exit {}): {}{}",
             r.exit_code
                 .map(|c| c.to_string())
                 .unwrap_or_else(|| "?".into()),
-            tail(&r.stdout, &r.stderr)
+            tail(&r.stdout, &r.stderr),
+            space_hint(&r.stdout, &r.stderr, &r.warnings, policy)
         ))),
     }
+}
+
+/// What to change when the installer ran out of room: the packages and pip's temporary files
+/// live in the workspace (limits.disk_mb), npm's cache in the sandbox's home.
+fn space_hint(stdout: &str, stderr: &str, warnings: &[String], policy: &Policy) -> String {
+    let full = [stdout, stderr]
+        .iter()
+        .any(|t| t.contains("No space left on device") || t.contains("ENOSPC"))
+        || warnings.iter().any(|w| w.contains("limits.disk_"));
+    if !full {
+        return String::new();
+    }
+    format!(
+        "\n(out of space: the installer writes into the session's workspace, capped by limits.disk_mb = {} MB and limits.disk_inodes = {} (SANDPIT_DISK_MB, SANDPIT_DISK_INODES), and npm also into the sandbox's home and /tmp, capped by limits.tmp_size_mb = {} MB (SANDPIT_TMP_SIZE_MB): raise them in the server's policy)",
+        policy.limits.disk_mb, policy.limits.disk_inodes, policy.limits.tmp_size_mb
+    )
 }
 
 /// The last lines of the installer's output, where pip and npm say what went wrong: both
@@ -159,6 +182,23 @@ fn tail(stdout: &str, stderr: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn running_out_of_space_names_the_settings() {
+        let policy = Policy::default();
+        let hint = space_hint(
+            "",
+            "ERROR: Could not install packages due to an OSError: [Errno 28] No space left on device",
+            &[],
+            &policy,
+        );
+        assert!(
+            hint.contains("limits.disk_mb = ") && hint.contains("SANDPIT_DISK_MB"),
+            "{hint}"
+        );
+        assert!(hint.contains("limits.tmp_size_mb"), "{hint}");
+        assert_eq!(space_hint("ok", "some other error", &[], &policy), "");
+    }
 
     #[test]
     fn tail_keeps_the_end_of_both_streams() {

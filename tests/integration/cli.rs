@@ -574,3 +574,52 @@ fn is_root() -> bool {
         .lines()
         .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
 }
+
+/// `--save-outputs DIR`: the cell's rich outputs as numbered files, named on stderr; with
+/// `--json` the result on stdout is unchanged.
+#[test]
+fn save_outputs_writes_rich_outputs_to_files() {
+    let b = backend();
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("outs");
+    let code = "class T:\n    def _repr_html_(self):\n        return '<table><tr><td>1</td></tr></table>'\n    def __repr__(self):\n        return 'T()'\ndisplay('shown')\nT()";
+    let out = sandpit(&[
+        "run",
+        "-b",
+        b,
+        "--json",
+        "--save-outputs",
+        target.to_str().unwrap(),
+        "-l",
+        "python",
+        code,
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON result");
+    let outputs = v["outputs"].as_array().expect("outputs");
+    let mut files: Vec<String> = std::fs::read_dir(&target)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), outputs.len(), "{files:?} for {outputs:?}");
+    let html = files
+        .iter()
+        .find(|f| f.ends_with(".html"))
+        .expect("an HTML file");
+    assert_eq!(
+        std::fs::read_to_string(target.join(html)).unwrap(),
+        "<table><tr><td>1</td></tr></table>"
+    );
+    let texts: Vec<String> = files
+        .iter()
+        .filter(|f| f.ends_with(".txt"))
+        .map(|f| std::fs::read_to_string(target.join(f)).unwrap())
+        .collect();
+    assert!(texts.iter().any(|t| t.contains("shown")), "{texts:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("sandpit: saved {}", target.join(html).display())),
+        "{stderr}"
+    );
+}

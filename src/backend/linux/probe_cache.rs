@@ -18,8 +18,7 @@
 
 use super::NamespaceProbe;
 use std::hash::{Hash, Hasher};
-use std::io::{Read, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// The cache file for this process's key under `state_dir`, when a key can be made.
@@ -65,19 +64,9 @@ fn key(helper: &Path) -> Option<u64> {
     Some(h.finish())
 }
 
-/// A kept positive answer: a regular file of ours that no one else may write.
+/// A kept positive answer, from a file of ours no one else may write.
 pub fn load(file: &Path) -> Option<NamespaceProbe> {
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(file)
-        .ok()?;
-    let m = f.metadata().ok()?;
-    if !m.is_file() || m.uid() != crate::util::euid() || m.mode() & 0o022 != 0 {
-        return None;
-    }
-    let mut text = String::new();
-    f.read_to_string(&mut text).ok()?;
+    let text = crate::util::private_file::read_own(file)?;
     let probe: NamespaceProbe = serde_json::from_str(&text).ok()?;
     probe.ok.then_some(probe)
 }
@@ -89,29 +78,8 @@ pub fn store(file: &Path, probe: &NamespaceProbe) {
         let _ = std::fs::remove_file(file);
         return;
     }
-    let Some(dir) = file.parent() else { return };
-    let Some(state) = dir.parent() else { return };
-    let ours = |p: &Path| {
-        std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir() && m.uid() == crate::util::euid())
-    };
-    if !ours(state) || (std::fs::create_dir(dir).is_err() && !ours(dir)) {
-        return;
-    }
-    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
-    let Ok(text) = serde_json::to_string(probe) else {
-        return;
-    };
-    let tmp = dir.join(format!(".tmp-{}", std::process::id()));
-    let written = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&tmp)
-        .and_then(|mut f| f.write_all(text.as_bytes()))
-        .and_then(|_| std::fs::rename(&tmp, file));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+    if let Ok(text) = serde_json::to_string(probe) {
+        let _ = crate::util::private_file::write_own(file, &text);
     }
 }
 
@@ -150,38 +118,5 @@ mod tests {
         // A later negative answer (doctor's fresh probe) forgets it.
         store(&f, &no);
         assert!(!f.exists());
-    }
-
-    #[test]
-    fn a_file_others_may_write_or_a_symlink_is_not_believed() {
-        let state = tempfile::tempdir().unwrap();
-        let f = file(state.path(), &helper()).unwrap();
-        store(
-            &f,
-            &NamespaceProbe {
-                ok: true,
-                detail: "x".into(),
-            },
-        );
-        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o666)).unwrap();
-        assert!(load(&f).is_none());
-        let link = f.with_file_name("link");
-        std::os::unix::fs::symlink(&f, &link).unwrap();
-        assert!(load(&link).is_none());
-    }
-
-    #[test]
-    fn nothing_is_written_where_the_state_directory_does_not_exist() {
-        let state = tempfile::tempdir().unwrap();
-        let missing = state.path().join("missing");
-        let f = file(&missing, &helper()).unwrap();
-        store(
-            &f,
-            &NamespaceProbe {
-                ok: true,
-                detail: "x".into(),
-            },
-        );
-        assert!(!missing.exists());
     }
 }

@@ -5,7 +5,8 @@
 //! [`python_driver_args`]: a few lines that check the interpreter's bytecode magic number and
 //! `exec` the driver from `marshal`, compiled beforehand by that same interpreter.
 //!
-//! The compiled form is cached in the state directory (`drivers/`, mode 0700, files 0600), one
+//! The compiled form is cached in the state directory (`drivers/`, mode 0700, files 0600,
+//! `util::private_file`), one
 //! file per (driver source, interpreter file: path, device, inode, size, modification time).
 //! It is made by running the interpreter on the host, outside any sandbox, with `-I -S`, an empty
 //! environment and sandpit's own constant source on stdin: no code of anyone else's runs. What
@@ -16,8 +17,8 @@
 
 use std::hash::{Hash, Hasher};
 use std::io::{Read, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -41,7 +42,7 @@ pub fn python_driver_args(interpreter: &Path, state_dir: &Path) -> Option<Vec<St
         Some(c) => c,
         None => {
             let made = compile(interpreter)?;
-            if let Err(e) = store(&dir, &file, &made) {
+            if let Err(e) = crate::util::private_file::write_own(&file, &made) {
                 tracing::debug!(error = %e, dir = %dir.display(), "the compiled Python driver could not be cached");
             }
             made
@@ -89,20 +90,9 @@ fn parse(text: &str) -> Option<(&str, &str)> {
     (hex && b64 && lines.next().is_none()).then_some((magic, code))
 }
 
-/// A cached form: a regular file of ours (no symlink followed), no one else may write it.
+/// A cached form: a file of ours no one else may write, of the right shape.
 fn read_cached(file: &Path) -> Option<String> {
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(file)
-        .ok()?;
-    let m = f.metadata().ok()?;
-    if !m.is_file() || m.uid() != crate::util::euid() || m.mode() & 0o022 != 0 {
-        return None;
-    }
-    let mut text = String::new();
-    f.read_to_string(&mut text).ok()?;
-    parse(&text).is_some().then_some(text)
+    crate::util::private_file::read_own(file).filter(|t| parse(t).is_some())
 }
 
 /// Runs the interpreter on the compiler with the driver on stdin; its two lines.
@@ -145,29 +135,6 @@ fn compile(interpreter: &Path) -> Option<String> {
         interpreter.display()
     );
     (status.success() && parse(&out).is_some()).then_some(out)
-}
-
-/// Writes the cache file atomically (a private temporary file renamed into place).
-fn store(dir: &Path, file: &Path, text: &str) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    let m = std::fs::symlink_metadata(dir)?;
-    if !m.is_dir() || m.uid() != crate::util::euid() {
-        return Err(std::io::Error::other("not a directory of ours"));
-    }
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
-    let tmp: PathBuf = dir.join(format!(".tmp-{}", std::process::id()));
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&tmp)?;
-    let written = f.write_all(text.as_bytes()).and_then(|_| f.sync_all());
-    let renamed = written.and_then(|_| std::fs::rename(&tmp, file));
-    if renamed.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    renamed
 }
 
 #[cfg(test)]
@@ -227,19 +194,5 @@ mod tests {
             .unwrap();
         let ready = std::fs::read_to_string(responses.path()).unwrap();
         assert!(ready.starts_with("{\"ready\":true"), "{status:?} {ready:?}");
-    }
-
-    #[test]
-    fn a_cache_file_someone_else_may_write_is_ignored() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("python-x");
-        std::fs::write(&file, "a70d\nYWJj\n").unwrap();
-        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
-        assert_eq!(read_cached(&file), None);
-        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
-        assert_eq!(read_cached(&file).as_deref(), Some("a70d\nYWJj\n"));
-        let link = dir.path().join("python-link");
-        std::os::unix::fs::symlink(&file, &link).unwrap();
-        assert_eq!(read_cached(&link), None, "a symlink is not followed");
     }
 }
