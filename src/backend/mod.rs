@@ -207,8 +207,8 @@ pub fn argv(interpreter: &std::path::Path, spec: &LaunchSpec) -> Vec<String> {
         .collect()
 }
 
-/// The driver arguments for a host interpreter (the backends that run the host's own: linux,
-/// unsandboxed, macos): Python's driver precompiled by that interpreter where it can be
+/// The driver arguments for a host interpreter (linux and unsandboxed; macOS, which also runs
+/// the host's own, still passes the source: untested there): Python's driver precompiled by that interpreter where it can be
 /// (`pipeline::wrapper::precompiled`, 7 ms less per start), else the spec's.
 pub fn host_driver_args(interpreter: &std::path::Path, spec: &LaunchSpec) -> Vec<String> {
     if spec.language == Language::Python {

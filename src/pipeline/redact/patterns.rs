@@ -359,7 +359,6 @@ pub(crate) fn load(toml_text: &str) -> Result<(PatternFile, Builtins), RedactErr
     Ok((file, out))
 }
 
-/// The built-in patterns, parsed and compiled on first use.
 /// Compiles the built-in rules on a thread of their own, so the first redaction finds them
 /// ready (`sandpit run` calls this first thing: the compile then overlaps the sandbox's start).
 pub fn prewarm() {
@@ -385,6 +384,7 @@ fn compiled_builtins() -> Option<&'static Builtins> {
     }
 }
 
+/// The built-in patterns, parsed and compiled on first use.
 pub(crate) fn builtins() -> Result<&'static Builtins, RedactError> {
     static BUILTINS: OnceLock<Result<Builtins, String>> = OnceLock::new();
     BUILTINS
@@ -461,6 +461,7 @@ impl Engine {
             &self.blocks
         }
     }
+
     /// The longest literal value, in bytes (the streaming filter keeps at least that much).
     pub(crate) fn max_literal_len(&self) -> usize {
         self.literals.as_ref().map_or(0, |l| l.max_len)
