@@ -38,9 +38,11 @@
 //     again.  The plain path only exists for speed; both share one global scope, and as the
 //     plain path never declares a lexical name, the two behave alike.
 //   - Both start inside a vm script run with breakOnSigint, so a synchronous endless loop is
-//     stopped by SIGINT; while the cell waits on a promise, a process SIGINT listener ends
-//     the wait.  Either way the cell reports "interrupted" (130) and the session keeps its
-//     state.  (Code that runs after an `await`, or in a timer, cannot be stopped.)
+//     stopped by SIGINT; while the cell waits on a promise, the SIGINT ends the wait (taken by
+//     a process listener at first, then by a worker thread that holds Node's SIGINT watchdog
+//     open so that cells do not each start and stop its thread: "the SIGINT watchdog, held").
+//     Either way the cell reports "interrupted" (130) and the session keeps its state.  (Code
+//     that runs after an `await`, or in a timer, cannot be stopped.)
 //   - Code compiled by the inspector has no module loader, so `import(` in a cell is
 //     rewritten (textually) to a loader call of the driver's, resolving like `node -e` does.
 //   - An exception thrown by a timer or callback while a cell waits ends that cell with the
@@ -258,7 +260,7 @@
   const cellFrame = /\n\s+at .*\bcell-\d+:\d+:\d+/;
 
   function runCell(req) {
-    const cell = { id: req.id, nonce: req.nonce, done: false, before: MISSING, assigns: false, value: MISSING, warnings: [], outputs: [], outputBytes: 0, outputsDropped: 0 };
+    const cell = { id: req.id, nonce: req.nonce, startedAt: process.hrtime.bigint(), done: false, before: MISSING, assigns: false, value: MISSING, warnings: [], outputs: [], outputBytes: 0, outputsDropped: 0 };
     current = cell;
     const name = `cell-${req.id}`;
     let code = req.code;
@@ -566,9 +568,104 @@
   // ---- signals and stray errors ----------------------------------------------------------
   // A SIGINT while a cell waits on a promise ends the cell; between cells it is ignored.
   // (During the synchronous part of a cell the breakOnSigint watchdog takes it instead.)
-  process.on('SIGINT', () => {
+  // This listener only serves until the worker below holds the watchdog.
+  function onSigint() {
     if (current && !current.done) finish(current, 'interrupted', 130, null);
-  });
+  }
+  process.on('SIGINT', onSigint);
+
+  // ---- the SIGINT watchdog, held -----------------------------------------------------------
+  // Each breakOnSigint run registers with Node's process-wide SIGINT watchdog, which starts a
+  // thread when its start count goes from 0 to 1 and joins it when the count drops back; and as
+  // long as a process SIGINT listener exists, vm also removes and re-adds the listeners around
+  // the run. Together that is 50-200 us of every cell, 25 times a cell like `x += 1`.
+  // A worker that waits inside a breakOnSigint run of its own keeps the count above zero, so
+  // each cell's start and stop become counter updates (~3 us), once the listener is gone.
+  // While the watchdog runs, it takes SIGINT and interrupts only the newest registered run: a
+  // cell in its synchronous part (as before), otherwise the worker's, and the worker tells this
+  // thread, which ends a cell that waits on a promise (the listener's job until then).
+  // The hand-over: removing the listener resets SIGINT to its default, and only a start from 0
+  // installs the watchdog's handler again, so this thread holds its own run (installing it at
+  // once) while the worker starts its hold, then lets go. If the worker does not come up, the
+  // listener comes back and cells keep working, only slower.
+  function holdWatchdog() {
+    let Worker;
+    try {
+      ({ Worker } = require('worker_threads'));
+    } catch {
+      return;
+    }
+    const hold = new Int32Array(new SharedArrayBuffer(12)); // [go, holding, never set]
+    const source = `
+      const { parentPort, workerData } = require('worker_threads');
+      const vm = require('vm');
+      const hold = new Int32Array(workerData);
+      const interrupted = (e) => e && e.code === 'ERR_SCRIPT_EXECUTION_INTERRUPTED';
+      const tell = () => parentPort.postMessage(process.hrtime.bigint());
+      globalThis.__sandpitHold = hold;
+      const wait = new vm.Script('Atomics.wait(__sandpitHold, 2, 0)');
+      // Two nested runs: a SIGINT interrupts only the inner one, so the outer keeps the
+      // count above zero while the inner starts again.
+      globalThis.__sandpitLoop = () => {
+        Atomics.store(hold, 1, 1);
+        Atomics.notify(hold, 1);
+        for (;;) {
+          try {
+            wait.runInThisContext({ breakOnSigint: true });
+          } catch (e) {
+            if (!interrupted(e)) throw e;
+            tell();
+          }
+        }
+      };
+      const loop = new vm.Script('__sandpitLoop()');
+      Atomics.wait(hold, 0, 0);
+      for (;;) {
+        try {
+          loop.runInThisContext({ breakOnSigint: true });
+        } catch (e) {
+          if (!interrupted(e)) throw e;
+          tell();
+        }
+      }`;
+    let worker;
+    try {
+      worker = new Worker(source, { eval: true, workerData: hold.buffer, stdout: true, stderr: true, resourceLimits: { maxOldGenerationSizeMb: 4, maxYoungGenerationSizeMb: 1, stackSizeMb: 1 } });
+    } catch {
+      return;
+    }
+    worker.unref();
+    worker.on('error', () => {});
+    // The worker gone (a memory limit, say), the listener takes SIGINT again.
+    worker.on('exit', () => {
+      if (process.listenerCount('SIGINT') === 0) process.on('SIGINT', onSigint);
+    });
+    worker.on('online', () => {
+      globalThis.__sandpitHandOver = hold;
+      process.removeListener('SIGINT', onSigint);
+      try {
+        handOver.runInThisContext({ breakOnSigint: true });
+      } catch (e) {
+        // A SIGINT during the hand-over: as the listener would have taken it.
+        if (e && e.code === INTERRUPTED) onSigint();
+      }
+      delete globalThis.__sandpitHandOver;
+      Atomics.wait(hold, 1, 0, 2000);
+      if (Atomics.load(hold, 1) !== 1) {
+        worker.terminate();
+        process.on('SIGINT', onSigint);
+      }
+    });
+    worker.on('message', (at) => {
+      const cell = current;
+      // A signal the worker took before this cell began was meant for no cell of ours.
+      if (cell && !cell.done && cell.startedAt <= at) finish(cell, 'interrupted', 130, null);
+    });
+  }
+  const handOver = new vm.Script(
+    'Atomics.store(__sandpitHandOver, 0, 1), Atomics.notify(__sandpitHandOver, 0), Atomics.wait(__sandpitHandOver, 1, 0, 2000)',
+    { filename: 'sandpit-driver' },
+  );
 
   function report(prefix, e) {
     const text = safe(() => (e instanceof Error && typeof e.stack === 'string' ? e.stack : util.inspect(e)), String(e));
@@ -627,4 +724,6 @@
   input.on('error', () => process.exit(0));
 
   writeAll(responseFd, JSON.stringify({ ready: true, language: 'javascript', version: process.versions.node, pid: process.pid }) + '\n');
+  // After the ready line, so the worker's start (tens of ms of CPU) does not delay the session's.
+  setImmediate(holdWatchdog);
 })();
