@@ -737,6 +737,30 @@ def interrupt_keeps_state(lang):
         check("e" not in r["stdout"], "set +e", r)
 
 
+@test("javascript")
+def interrupt_with_the_watchdog_held(lang):
+    """Once the worker holds Node's SIGINT watchdog (the driver's listener is gone), SIGINT
+    still ends a synchronous loop and a promise wait, and is ignored between cells."""
+    s = session(lang)
+    held = False
+    for _ in range(60):
+        r = run(s, "result = process.listenerCount('SIGINT')")
+        if r["response"]["result"] == 0:
+            held = True
+            break
+        time.sleep(0.05)
+    check(held, "the worker took the watchdog over within 3 s", r)
+    expect_ok(run(s, "var heldKept = 5"))
+    for code in ["while (true) {}", "await new Promise(() => {})", "for (;;) { Math.random() }"]:
+        r = run(s, code, interrupt_after=0.3, timeout=10)
+        check(r["response"]["status"] == "interrupted", "interrupted with the watchdog held: %r" % code, r)
+        os.killpg(s.proc.pid, signal.SIGINT)
+        time.sleep(0.1)
+        check(s.proc.poll() is None, "survives SIGINT between cells with the watchdog held", s.proc.poll())
+        r = run(s, "result = [heldKept, process.listenerCount('SIGINT')]")
+        check(r["response"]["result"] == [5, 0], "state kept and the watchdog still held", r)
+
+
 @test("python", "javascript", "bash")
 def sigint_between_cells(lang):
     s = session(lang)
