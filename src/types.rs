@@ -111,6 +111,20 @@ impl Output {
     pub fn is_base64(&self) -> bool {
         matches!(self.mime.as_str(), "image/png" | "image/jpeg")
     }
+
+    /// How a terminal or a progress message shows it: a `text/plain` output's text, anything
+    /// else as `[MIME output, N bytes]` (N decoded, for base64).
+    pub fn summary(&self) -> String {
+        if self.mime == "text/plain" {
+            return self.data.clone();
+        }
+        let bytes = if self.is_base64() {
+            self.data.trim_end_matches('=').len() * 3 / 4
+        } else {
+            self.data.len()
+        };
+        format!("[{} output, {bytes} bytes]", self.mime)
+    }
 }
 
 /// Per-request limits: they may only tighten the policy's maxima.

@@ -16,7 +16,7 @@ use common::{
 };
 use sandpit::backend::BackendKind;
 use sandpit::session::{Session, SessionConfig};
-use sandpit::{ExecRequest, Language, Status};
+use sandpit::{ExecOptions, ExecRequest, Language, Status};
 use std::time::Duration;
 
 mod functional {
@@ -583,13 +583,27 @@ mod functional {
                 .map(|o| format!("{}:{}", o.kind, o.mime))
                 .collect::<Vec<_>>()
         };
-        let r = ctx
-            .run(
-                Language::Python,
+        // With a live channel, as the servers follow a cell: each display also comes live.
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut s = ctx.session(Language::Python).await;
+        let mut opts = ExecOptions::with_timeout(Duration::from_secs(20));
+        opts.output = Some(tx);
+        let r = s
+            .execute(
                 "class T:\n    def _repr_html_(self):\n        return '<i>t</i>'\ndisplay(T())\ndisplay({'image/png': b'\\x89PNG'}, raw=True)\nT()",
+                opts,
             )
-            .await;
+            .await
+            .expect("execute");
+        s.kill().await;
+        let mut live = Vec::new();
+        while let Ok(ev) = rx.try_recv() {
+            if ev.stream == sandpit::session::StreamKind::Display {
+                live.push(serde_json::from_slice::<sandpit::types::Output>(&ev.data).unwrap());
+            }
+        }
         assert_eq!(r.status, Status::Ok, "{r:?}");
+        assert_eq!(live, r.outputs[..3], "live displays: {live:?}");
         assert_eq!(
             mimes(&r),
             [

@@ -206,6 +206,7 @@ class Session:
         response = None
         raw_line = None
         calls = []
+        displays = []  # live display lines ({"display": ...}) the cell sent before its response
         unanswered = []
         while True:
             have_out = mk in self.out_buf
@@ -242,6 +243,9 @@ class Session:
                     else:
                         self.answer(call["id"], *answer)
                     continue
+                if isinstance(v, dict) and isinstance(v.get("display"), dict):
+                    displays.append(v["display"])
+                    continue
                 # Like the host: a line for another cell (a forgery by the code) is ignored.
                 if isinstance(v, dict) and v.get("id") == cid and v.get("nonce") == nonce:
                     raw_line, response = line, v
@@ -252,7 +256,7 @@ class Session:
         err, self.err_buf = self.err_buf.split(mk, 1)
         return {"response": response, "raw": raw_line, "stdout": out.decode("utf-8", "replace"),
                 "stderr": err.decode("utf-8", "replace"), "elapsed": elapsed, "id": cid, "nonce": nonce,
-                "calls": calls}
+                "calls": calls, "displays": displays}
 
     def answer(self, call_id, ok, value, cancelled=False):
         """Writes the host's answer to a tool call on fd 3 (the host's field order)."""
@@ -475,11 +479,14 @@ def rich_outputs_py(lang):
           "display gives every repr, in order", outs)
     import base64
     check(base64.b64decode(outs[0]["data"]) == b"\x89PNG fake" and outs[1]["data"] == "<b>chart</b>" and outs[3]["data"] == "'two'", "display data", outs)
+    # Each display also went out live, before the response, tagged with the cell.
+    check(r["displays"] == [dict(o, cell=r["id"]) for o in outs], "live displays match the outputs", r["displays"])
     # A last expression with rich reprs: execute_result for each, text/plain last.
     r = run(s, "Chart()")
     outs = r["response"]["outputs"]
     check([o["mime"] for o in outs] == ["image/png", "text/html", "text/plain"] and all(o["type"] == "execute_result" for o in outs), "value's reprs", outs)
     check(r["response"]["result"] == "Chart()", "the value is still the result", r["response"])
+    check(r["displays"] == [], "a value is not displayed live", r["displays"])
     # raw bundles, and nothing left over for the next cell.
     r = run(s, "display({'text/markdown': '# hi', 'image/png': b'\\x00\\x01'}, raw=True)")
     outs = r["response"]["outputs"]
@@ -506,6 +513,8 @@ def rich_outputs_js(lang):
     outs = [(o["type"], o["mime"], o["data"]) for o in r["response"]["outputs"]]
     check(outs == [("display_data", "text/html", "<b>x</b>"), ("display_data", "image/png", "AAE="), ("display_data", "text/plain", "{ a: 1 }"), ("execute_result", "text/plain", "42")],
           "display and the value", outs)
+    live = [(d["cell"], d["type"], d["mime"], d["data"]) for d in r["displays"]]
+    check(live == [(r["id"], t, m, d) for t, m, d in outs[:3]], "live displays, before the response", r["displays"])
     r = run(s, "let display = 1; display")
     expect_ok(r, "display can be redeclared")
     r = run(s, "let y = 2")
@@ -524,6 +533,7 @@ def matplotlib_figures_py(lang):
     pngs = [o for o in r["response"]["outputs"] if o["mime"] == "image/png"]
     import base64
     check(len(pngs) == 2 and all(base64.b64decode(o["data"]).startswith(b"\x89PNG") for o in pngs), "shown and open figures -> PNGs", [o["mime"] for o in r["response"]["outputs"]])
+    check([d["data"] for d in r["displays"]] == [o["data"] for o in pngs], "figures go out live too", len(r["displays"]))
     check(not any("non-interactive" in w for w in [r["stderr"]]), "no Agg warning on show()", r["stderr"])
     r = run(s, "result = len(plt.get_fignums())")
     check(r["response"]["result"] == 0 and r["response"]["outputs"] == [], "figures closed after the cell", r["response"])

@@ -10,7 +10,7 @@ use crate::backend;
 use crate::policy::Policy;
 use crate::session::manager::{SessionManager, Via};
 use crate::session::{OutputEvent, StreamKind};
-use crate::types::{ExecRequest, Language, Status};
+use crate::types::{ExecRequest, Language, Output, Status};
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -214,6 +214,18 @@ pub async fn repl(language: Option<Language>, backend_arg: BackendArg, policy: P
                     StreamKind::Stderr => std::io::stderr()
                         .write_all(&data)
                         .and_then(|_| std::io::stderr().flush()),
+                    // What the cell showed: its text, or what kind of output it was.
+                    StreamKind::Display => match serde_json::from_slice::<Output>(&ev.data) {
+                        Ok(o) => {
+                            let line =
+                                super::terminal::sanitize_for_terminal(o.summary().as_bytes());
+                            let mut out = std::io::stdout().lock();
+                            out.write_all(&line)
+                                .and_then(|_| out.write_all(b"\n"))
+                                .and_then(|_| out.flush())
+                        }
+                        Err(_) => Ok(()),
+                    },
                 };
             }
         });

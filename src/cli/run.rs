@@ -182,6 +182,8 @@ pub async fn run(args: RunArgs, policy: Policy) -> ExitCode {
                         let mut o = std::io::stderr().lock();
                         o.write_all(&data).and_then(|_| o.flush())
                     }
+                    // The result lists it (`--json`, `--save-outputs`).
+                    StreamKind::Display => Ok(()),
                 };
             }
         })

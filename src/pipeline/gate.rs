@@ -246,19 +246,7 @@ impl Pipeline {
             *w = red.redact_str(w);
         }
         for o in &mut r.outputs {
-            if o.is_base64() {
-                // The bytes, not their base64 text: a secret in a PNG's text chunk is masked.
-                use base64::Engine;
-                let engine = base64::engine::general_purpose::STANDARD;
-                if let Ok(bytes) = engine.decode(&o.data) {
-                    let masked = red.redact_bytes(&bytes);
-                    if masked != bytes {
-                        o.data = engine.encode(&masked);
-                    }
-                }
-            } else {
-                o.data = red.redact_str(&o.data);
-            }
+            red.redact_output(o);
         }
         for f in &mut r.files {
             self.redact_file(f);

@@ -73,12 +73,16 @@ const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
 pub enum StreamKind {
     Stdout,
     Stderr,
+    /// A rich output the cell showed (`display()`, `plt.show()`): see [`OutputEvent`].
+    Display,
 }
 
-/// A chunk of live output, sent while a cell runs.
+/// Live output, sent while a cell runs: a chunk of stdout or stderr, or a rich output.
 #[derive(Debug, Clone)]
 pub struct OutputEvent {
     pub stream: StreamKind,
+    /// The bytes (stdout, stderr); for [`StreamKind::Display`], the rich output as the JSON of
+    /// a [`crate::types::Output`], redacted like the result's. The result lists it again.
     pub data: Vec<u8>,
 }
 
@@ -773,6 +777,14 @@ impl Session {
                         Ok(Some(Ok(l))) if wrapper::is_tool_call(&l) => {
                             tools.received(&l, interrupted_at.is_some());
                         }
+                        Ok(Some(Ok(l))) if wrapper::is_display(&l) => {
+                            if let (Some(tx), Some(mut o)) = (&opts.output, wrapper::parse_display(&l, id)) {
+                                self.redactor.redact_output(&mut o);
+                                if let Ok(data) = serde_json::to_vec(&o) {
+                                    let _ = tx.send(OutputEvent { stream: StreamKind::Display, data });
+                                }
+                            }
+                        }
                         Ok(Some(Ok(l))) => match serde_json::from_slice::<CellResponse>(&l) {
                             Ok(r) if r.id == id && &r.nonce == nonce => {
                                 w.response = Some(r);
@@ -786,6 +798,8 @@ impl Session {
                         Ok(Some(Err(o))) if wrapper::is_tool_call(&o.head) => {
                             tools.oversized(&o.head, o.len);
                         }
+                        // Too large to stream; the response still carries the output.
+                        Ok(Some(Err(o))) if wrapper::is_display(&o.head) => {}
                         Ok(Some(Err(o))) => {
                             // Too large to keep (a huge `result`): the cell is over, its value is not.
                             w.warnings.push(format!("the cell's response ({} bytes) exceeded {MAX_RESPONSE_BYTES} bytes; result dropped", o.len));
@@ -973,6 +987,7 @@ impl Session {
                     match s.sink.kind {
                         StreamKind::Stdout => "stdout",
                         StreamKind::Stderr => "stderr",
+                        StreamKind::Display => "display",
                     },
                     s.sink.capture.dropped()
                 ));

@@ -666,6 +666,83 @@ fn approvals_are_a_resource_the_operator_answers() {
     assert_eq!(st, 400, "{v}");
 }
 
+/// What a cell shows while it runs streams as `display` events, in `seq` order with the output
+/// around it and redacted like the result; the result lists the same outputs at the end.
+#[test]
+fn sse_streams_displays_while_the_cell_runs() {
+    let srv = Server::start(&["--listen", "127.0.0.1:0"]);
+    let code = "import time\nprint('before', flush=True)\ndisplay('shown ghp_R4nd0mT0kenV4lue1234567890abcdefABCD')\ndisplay({'image/png': b'\\x89PNG x'}, raw=True)\ntime.sleep(0.3)\nprint('after', flush=True)";
+    let body = serde_json::json!({"language": "python", "code": code}).to_string();
+    let r = srv.req(
+        "POST",
+        "/v1/execute",
+        &[
+            ("Content-Type", "application/json"),
+            ("Accept", "text/event-stream"),
+        ],
+        &body,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let events = sse_events(&r.text());
+    let mut live: Vec<(u64, String)> = events
+        .iter()
+        .filter_map(|(e, d)| match e.as_str() {
+            "output_chunk" => Some((
+                d["seq"].as_u64().unwrap(),
+                format!(
+                    "{}:{}",
+                    d["stream"].as_str().unwrap(),
+                    d["data"].as_str().unwrap()
+                ),
+            )),
+            "display" => Some((
+                d["seq"].as_u64().unwrap(),
+                format!(
+                    "display:{}:{}:{}",
+                    d["output"]["type"].as_str().unwrap(),
+                    d["output"]["mime"].as_str().unwrap(),
+                    d["output"]["data"].as_str().unwrap()
+                ),
+            )),
+            _ => None,
+        })
+        .collect();
+    live.sort();
+    let order: Vec<&str> = live.iter().map(|(_, t)| t.as_str()).collect();
+    let shown = order
+        .iter()
+        .position(|t| t.starts_with("display:display_data:text/plain:"))
+        .unwrap_or_else(|| panic!("no text display event: {order:?}"));
+    let png = order
+        .iter()
+        .position(|t| *t == "display:display_data:image/png:iVBORyB4")
+        .unwrap_or_else(|| panic!("no image display event: {order:?}"));
+    let after = order
+        .iter()
+        .position(|t| *t == "stdout:after\n")
+        .unwrap_or_else(|| panic!("no 'after' chunk: {order:?}"));
+    assert!(shown < png && png < after, "{order:?}");
+    assert!(
+        !order[shown].contains("ghp_") && order[shown].contains("shown"),
+        "a display is redacted like the result: {}",
+        order[shown]
+    );
+    let end = &events.last().unwrap().1["result"];
+    let outputs: Vec<(&str, &str)> = end["outputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| (o["mime"].as_str().unwrap(), o["data"].as_str().unwrap()))
+        .collect();
+    assert_eq!(outputs.len(), 2, "{end}");
+    assert_eq!(outputs[1], ("image/png", "iVBORyB4"), "{end}");
+    assert_eq!(
+        order[shown],
+        format!("display:display_data:text/plain:{}", outputs[0].1),
+        "the same output, live and in the result"
+    );
+}
+
 /// A streaming client that goes away interrupts its cell: the session keeps its state and the
 /// next request runs at once instead of waiting for the abandoned cell.
 #[test]

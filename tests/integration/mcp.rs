@@ -736,11 +736,11 @@ async def main():
                 seen.append(message)
             r = await session.call_tool("execute_code", {
                 "language": "python", "session_id": "sdk",
-                "code": "import sys, time\nfor i in range(3):\n    print('tick', i, flush=True)\n    time.sleep(0.2)\nprint('oops', file=sys.stderr, flush=True)"},
+                "code": "import sys, time\nfor i in range(3):\n    print('tick', i, flush=True)\n    time.sleep(0.2)\nprint('oops', file=sys.stderr, flush=True)\ndisplay({'image/png': b'\\x89PNG x'}, raw=True)\ntime.sleep(0.2)"},
                 progress_callback=on_progress)
             assert field(r, "is_error", "isError") is False, r
             live = "".join(m or "" for m in seen)
-            for needle in ("tick 0", "tick 2", "[stderr] oops"):
+            for needle in ("tick 0", "tick 2", "[stderr] oops", "[display] [image/png output, 6 bytes]"):
                 assert needle in live, (needle, seen)
             assert len(seen) >= 3, seen
             r = await session.call_tool("list_sessions", {})

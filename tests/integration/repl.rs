@@ -180,6 +180,14 @@ fn repl_behaves_like_the_language_s_own() {
         r.line("'text'").await;
         let out = r.expect(">>> ").await;
         assert!(out.contains("'text'"), "echoed as repr: {out}");
+        // What a cell displays shows as it happens: text as text, anything else by kind.
+        r.line("display('shown'); display({'image/png': b'PNG'}, raw=True)")
+            .await;
+        let out = r.expect(">>> ").await;
+        assert!(
+            out.contains("'shown'") && out.contains("[image/png output, 3 bytes]"),
+            "displays: {out}"
+        );
         r.line("exit()").await;
         assert_eq!(r.exit_code().await, Some(0));
 

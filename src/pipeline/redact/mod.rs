@@ -167,6 +167,26 @@ impl Redactor {
         self.engine.redact(data)
     }
 
+    /// Redacts a rich output in place: text as text; base64 (`image/png`, `image/jpeg`) as the
+    /// bytes it encodes, so a secret in a PNG's text chunk is masked too.
+    pub fn redact_output(&self, o: &mut crate::types::Output) {
+        if !self.enabled {
+            return;
+        }
+        if o.is_base64() {
+            use base64::Engine as _;
+            let engine = base64::engine::general_purpose::STANDARD;
+            if let Ok(bytes) = engine.decode(&o.data) {
+                let masked = self.redact_bytes(&bytes);
+                if masked != bytes {
+                    o.data = engine.encode(&masked);
+                }
+            }
+        } else {
+            o.data = self.redact_str(&o.data);
+        }
+    }
+
     /// Redacts every string in a JSON value, in place:
     /// * string values (and strings in arrays) as text: `"Bearer abc…"` becomes `"Bearer ***"`;
     /// * a string or number whose key names a secret and which passes that pattern's checks

@@ -28,6 +28,8 @@
 //      {"tool_result":{"id":N,...}} arrives on fd 3 (a line there that starts with "{" is
 //      always an answer, never a request header).  Calls still pending when their cell ends
 //      are rejected (and their late answers dropped).
+//   6. Live displays: display() during a cell also writes
+//      {"display":{"cell":ID,"type":"display_data","mime":...,"data":...}} as one line on fd 4.
 //
 // How a cell runs
 //   - A cell that declares no let/const/class runs as a plain script (vm.Script, named
@@ -549,6 +551,12 @@
     }
     cell.outputBytes += data.length;
     cell.outputs.push({ type: 'display_data', mime, data });
+    // A live copy for whoever follows the cell; the response lists it again.
+    if (!cell.done) {
+      try {
+        writeAll(responseFd, `{"display":{"cell":${cell.id},"type":"display_data","mime":${JSON.stringify(mime)},"data":${JSON.stringify(data)}}}\n`);
+      } catch {}
+    }
   }
   Object.defineProperty(globalThis, 'display', { value: display, writable: true, configurable: true, enumerable: false });
 

@@ -31,6 +31,9 @@
 #      sandpit_tools.call() writes {"tool_call":{"id":N,"cell":ID,"name":...,"arguments":{...}}}
 #      as one line on fd 4 and reads lines on fd 3 until {"tool_result":{"id":N,...}}.  A line
 #      on fd 3 that starts with "{" where a header is expected is a late answer: skipped.
+#   6. Live displays: each display_data output (display(), plt.show()) collected while a cell
+#      runs is also written as {"display":{"cell":ID,"type":"display_data","mime":...,"data":...}}
+#      on fd 4, from the driver's process and only when no tool call holds the channel.
 #
 # Semantics
 #   - result: the value of the global `result` if the cell bound it (it did not exist before,
@@ -266,6 +269,22 @@ def _driver():
             return
         output_state[0] += len(data)
         cell_outputs.append((kind, mime, data))
+        if kind == "display_data":
+            show_live(mime, data)
+
+    def show_live(mime, data):
+        # A live copy of a display for whoever follows the cell (the response lists it again):
+        # from the driver's own process, and not while another thread holds the channel for a
+        # tool call (that output then only comes with the response).
+        if os.getpid() != driver_pid or not tool_lock.acquire(False):
+            return
+        try:
+            if tool_state[0]:
+                dumps = json_module().dumps
+                write_all(response_fd, ('{"display":{"cell":%d,"type":"display_data","mime":%s,"data":%s}}\n'
+                                        % (tool_state[0], dumps(mime), dumps(data))).encode())
+        finally:
+            tool_lock.release()
 
     def rich_reprs(obj):
         """(mime, data) of every _repr_*_ method obj's class has (as IPython looks them up)."""

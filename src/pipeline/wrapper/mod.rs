@@ -34,6 +34,13 @@
 //!
 //! The host validates every call (`pipeline::tools::ToolScope::begin`); a line it cannot read
 //! as a call but whose id it can find is answered with an error, so no caller waits forever.
+//!
+//! Rich outputs shown while a cell runs (`display()`, `plt.show()`) also travel live: the
+//! driver writes `{"display":{"cell":C,"type":"display_data","mime":"...","data":"..."}}` as one
+//! line on fd 4 when it collects one (Python: from the driver's process only, and not while
+//! another thread of the cell waits on a tool call, which holds the channel). The host streams
+//! it to whoever follows the cell (SSE `display`, MCP progress) and ignores it otherwise; the
+//! cell's response still carries every output, so a client that missed one loses nothing.
 
 pub mod precompiled;
 
@@ -224,6 +231,40 @@ pub fn tool_call_ids(head: &[u8]) -> Option<(u64, u64)> {
     Some((id, cell))
 }
 
+/// How every live display line starts (the drivers write exactly this).
+pub const DISPLAY_PREFIX: &[u8] = b"{\"display\":";
+
+/// Whether a line of the response channel is (or claims to be) a live display.
+pub fn is_display(line: &[u8]) -> bool {
+    line.starts_with(DISPLAY_PREFIX)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DisplayLine {
+    display: DisplayWire,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DisplayWire {
+    cell: u64,
+    #[serde(rename = "type")]
+    kind: String,
+    mime: String,
+    data: String,
+}
+
+/// The rich output a live display line carries, if it is one of cell `cell`'s and well formed.
+pub fn parse_display(line: &[u8], cell: u64) -> Option<crate::types::Output> {
+    let l = serde_json::from_slice::<DisplayLine>(line).ok()?.display;
+    (l.cell == cell).then_some(crate::types::Output {
+        kind: l.kind,
+        mime: l.mime,
+        data: l.data,
+    })
+}
+
 /// The host's answer to a call an interrupt cancelled (see "Tool calls" above).
 pub fn encode_tool_cancelled(id: u64, why: &str) -> Vec<u8> {
     format!(
@@ -248,6 +289,22 @@ pub fn encode_tool_result(id: u64, answer: &Result<serde_json::Value, String>) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn display_lines_are_read_for_their_own_cell_only() {
+        let line =
+            br#"{"display":{"cell":4,"type":"display_data","mime":"image/png","data":"iVBO"}}"#;
+        assert!(is_display(line) && !is_tool_call(line));
+        let o = parse_display(line, 4).unwrap();
+        assert_eq!(
+            (o.kind.as_str(), o.mime.as_str(), o.data.as_str()),
+            ("display_data", "image/png", "iVBO")
+        );
+        assert!(parse_display(line, 5).is_none(), "another cell's");
+        let extra = br#"{"display":{"cell":4,"type":"display_data","mime":"text/plain","data":"x","more":1}}"#;
+        assert!(parse_display(extra, 4).is_none(), "unknown fields");
+        assert!(parse_display(br#"{"display":{"cell":4}}"#, 4).is_none());
+    }
 
     #[test]
     fn tool_lines_round_trip() {

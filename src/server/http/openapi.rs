@@ -13,8 +13,8 @@ use super::routes::{
     __path_metrics, ApprovalList, Health, Killed, Resolved, SessionList, ToolCallList,
 };
 use super::sse::{
-    ApprovalPending, ExecutionEnd, ExecutionError, ExecutionEvent, ExecutionStart, OutputChunk,
-    Stream, ToolNoticeEvent,
+    ApprovalPending, DisplayEvent, ExecutionEnd, ExecutionError, ExecutionEvent, ExecutionStart,
+    OutputChunk, Stream, ToolNoticeEvent,
 };
 use crate::pipeline::approval::{ApprovalKind, ApprovalRequest, Decision};
 use crate::pipeline::tools::{ToolAnswer, ToolCallEvent};
@@ -73,6 +73,8 @@ use utoipa::OpenApi;
         ExecutionEvent,
         ExecutionStart,
         OutputChunk,
+        DisplayEvent,
+        crate::types::Output,
         Stream,
         ApprovalPending,
         ToolNoticeEvent,
@@ -125,5 +127,6 @@ mod tests {
         assert!(ok["text/event-stream"]["schema"].is_object(), "{ok}");
         assert!(ok["application/json"]["schema"].is_object(), "{ok}");
         assert!(v["components"]["schemas"]["OutputChunk"]["properties"]["seq"].is_object());
+        assert!(v["components"]["schemas"]["DisplayEvent"]["properties"]["output"].is_object());
     }
 }

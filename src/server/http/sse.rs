@@ -1,5 +1,6 @@
 //! `POST /v1/execute` with `Accept: text/event-stream`: one execution as server-sent events,
-//! `execution_start`, `output_chunk` {seq, stream, data} as the output arrives,
+//! `execution_start`, `output_chunk` {seq, stream, data} as the output arrives, `display`
+//! {seq, output} for each rich output the cell shows while it runs,
 //! `approval_pending` when it waits for an operator, `tool_call` when the code calls an `http`
 //! tool (answer it at `POST /v1/tool_calls/{call_id}`), `tool_notice` when a `host_exec` command
 //! on a notify list ran, then `execution_end` {result} (also for a blocked execution: its
@@ -31,6 +32,7 @@ use tokio::sync::mpsc;
 pub(super) enum ExecutionEvent {
     ExecutionStart(ExecutionStart),
     OutputChunk(OutputChunk),
+    Display(DisplayEvent),
     ApprovalPending(ApprovalPending),
     ToolCall(ToolCallEvent),
     ToolNotice(ToolNoticeEvent),
@@ -56,11 +58,21 @@ pub(super) enum Stream {
 /// `output_chunk`: output as it arrives.
 #[derive(Serialize, utoipa::ToSchema)]
 pub(super) struct OutputChunk {
-    /// 1, 2, 3, ... over stdout and stderr together, in the order sandpit read them.
+    /// 1, 2, 3, ... over stdout, stderr and `display` events together, in the order sandpit
+    /// read them.
     pub seq: u64,
     pub stream: Stream,
     /// The bytes as UTF-8 (invalid sequences replaced).
     pub data: String,
+}
+
+/// `display`: a rich output the cell showed while it ran (`display()`, `plt.show()`), redacted
+/// like the result's. The result's `outputs` lists it again at the end.
+#[derive(Serialize, utoipa::ToSchema)]
+pub(super) struct DisplayEvent {
+    /// In the same numbering as `output_chunk.seq`, so a client can place it among the output.
+    pub seq: u64,
+    pub output: crate::types::Output,
 }
 
 /// `approval_pending`: the execution waits for `POST /v1/approvals/{approval_id}`.
@@ -103,12 +115,24 @@ pub(super) fn wants_sse(headers: &HeaderMap) -> bool {
 }
 
 fn chunk_event(seq: u64, ev: OutputEvent) -> Event {
+    let stream = match ev.stream {
+        StreamKind::Stdout => Stream::Stdout,
+        StreamKind::Stderr => Stream::Stderr,
+        StreamKind::Display => {
+            let output =
+                serde_json::from_slice(&ev.data).unwrap_or_else(|_| crate::types::Output {
+                    kind: "display_data".into(),
+                    mime: "text/plain".into(),
+                    data: String::new(),
+                });
+            return Event::default()
+                .event("display")
+                .data(serde_json::to_string(&DisplayEvent { seq, output }).unwrap_or_default());
+        }
+    };
     let chunk = OutputChunk {
         seq,
-        stream: match ev.stream {
-            StreamKind::Stdout => Stream::Stdout,
-            StreamKind::Stderr => Stream::Stderr,
-        },
+        stream,
         data: String::from_utf8_lossy(&ev.data).into_owned(),
     };
     Event::default()

@@ -603,6 +603,10 @@ async fn forward_output(
         let message = match ev.stream {
             StreamKind::Stdout => text.into_owned(),
             StreamKind::Stderr => format!("[stderr] {text}"),
+            StreamKind::Display => match serde_json::from_slice::<crate::types::Output>(&ev.data) {
+                Ok(o) => format!("[display] {}", o.summary()),
+                Err(_) => continue,
+            },
         };
         let mut params = ProgressNotificationParam::new(token.clone(), n as f64);
         params.message = Some(message);
