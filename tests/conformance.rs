@@ -617,19 +617,25 @@ mod functional {
         );
         assert_eq!(r.outputs[2].data, "iVBORw==", "{r:?}");
         assert_eq!(r.outputs[0].data, "<i>t</i>");
-        if !not_on_wasi(
-            &ctx,
-            "display() in JavaScript: the QuickJS driver has none yet",
-        ) {
-            let r = ctx
-                .run(Language::Javascript, "display('<b>b</b>', 'text/html'); 1")
-                .await;
-            assert_eq!(
-                mimes(&r),
-                ["display_data:text/html", "execute_result:text/plain"],
-                "{r:?}"
-            );
-        }
+        // JavaScript (Node, and QuickJS under WASI) alike.
+        let r = ctx
+            .run(
+                Language::Javascript,
+                "display('<b>b</b>', 'text/html'); display(new Uint8Array([137, 80, 78, 71]), 'image/png'); display({a: [1]}); 1",
+            )
+            .await;
+        assert_eq!(
+            mimes(&r),
+            [
+                "display_data:text/html",
+                "display_data:image/png",
+                "display_data:text/plain",
+                "execute_result:text/plain"
+            ],
+            "{r:?}"
+        );
+        assert_eq!(r.outputs[1].data, "iVBORw==", "{r:?}");
+        assert_eq!(r.outputs[2].data, "{ a: [ 1 ] }", "{r:?}");
         let r = ctx
             .run(
                 Language::Python,

@@ -28,6 +28,9 @@
 //      event loop runs): timers and other promise jobs do not run during a call, and calls
 //      made together (Promise.all) run one after another. A line that starts with "{" where
 //      a request header is expected is a late answer: skipped.
+//   6. Live displays: display() during a cell also writes
+//      {"display":{"cell":ID,"type":"display_data","mime":...,"data":...}} as one line on the
+//      response channel (see "Rich outputs" in wrapper/mod.rs).
 //
 // How a cell runs
 //   - std.evalScript(code, {async: true}) in the one global scope: top-level await works;
@@ -403,7 +406,7 @@
   let keepAlive = null;
 
   function runCell(req) {
-    const cell = { id: req.id, nonce: req.nonce, done: false, before: MISSING, assigns: false, value: MISSING, warnings: [] };
+    const cell = { id: req.id, nonce: req.nonce, done: false, before: MISSING, assigns: false, value: MISSING, warnings: [], outputs: [], outputBytes: 0, outputsDropped: 0 };
     current = cell;
     const code = req.code;
     try {
@@ -440,7 +443,6 @@
       keepAlive = null;
     }
     let result = 'null';
-    let outputs = '[]';
     const after = readResult();
     if (after !== MISSING && (!Object.is(after, cell.before) || cell.assigns)) {
       let json;
@@ -468,8 +470,12 @@
         json = undefined;
       }
       result = json === undefined ? JSON.stringify(text) : json;
-      outputs = JSON.stringify([{ type: 'execute_result', mime: 'text/plain', data: text }]);
+      cell.outputs.push({ type: 'execute_result', mime: 'text/plain', data: text });
     }
+    if (cell.outputsDropped > 0) {
+      cell.warnings.push(`${cell.outputsDropped} rich output(s) dropped: a cell keeps at most ${MAX_OUTPUT_BYTES} bytes of them`);
+    }
+    const outputs = cell.outputs.length === 0 ? '[]' : JSON.stringify(cell.outputs);
     const response =
       `{"id":${cell.id},"nonce":"${cell.nonce}","status":"${status}","exit_code":${exitCode},` +
       `"result":${result},"exception":${JSON.stringify(exception)},"warnings":${JSON.stringify(cell.warnings)},` +
@@ -485,6 +491,49 @@
     // The next request is awaited in a job of its own, so this cell's stack unwinds first.
     Promise.resolve().then(serve);
   }
+
+  // ---- rich outputs ----------------------------------------------------------------------
+  // display(value) shows its inspect() text; display(data, mime) a string as is, a
+  // Uint8Array/ArrayBuffer as base64, anything else as JSON. As driver.js: at most
+  // MAX_OUTPUT_BYTES per cell, and a live copy on the response channel while the cell runs.
+  const MAX_OUTPUT_BYTES = 8 << 20;
+  const B64 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/';
+  function base64(bytes) {
+    let out = '';
+    for (let i = 0; i < bytes.length; i += 3) {
+      const n = (bytes[i] << 16) | ((bytes[i + 1] ?? 0) << 8) | (bytes[i + 2] ?? 0);
+      out += B64[(n >> 18) & 63] + B64[(n >> 12) & 63];
+      out += i + 1 < bytes.length ? B64[(n >> 6) & 63] : '=';
+      out += i + 2 < bytes.length ? B64[n & 63] : '=';
+    }
+    return out;
+  }
+  function display(value, mime) {
+    const cell = current;
+    if (!cell || cell.done) return;
+    let data;
+    if (mime === undefined) {
+      mime = 'text/plain';
+      data = wellFormed(safe(() => inspect(value), String(typeof value)));
+    } else if (typeof value === 'string') {
+      data = wellFormed(value);
+    } else if (value instanceof Uint8Array || value instanceof ArrayBuffer) {
+      data = base64(value instanceof ArrayBuffer ? new Uint8Array(value) : value);
+    } else {
+      data = safe(() => JSON.stringify(wellFormedDeep(value)), undefined);
+      if (data === undefined) data = wellFormed(safe(() => inspect(value), String(typeof value)));
+    }
+    mime = String(mime);
+    if (cell.outputBytes + data.length > MAX_OUTPUT_BYTES) {
+      cell.outputsDropped++;
+      return;
+    }
+    cell.outputBytes += data.length;
+    cell.outputs.push({ type: 'display_data', mime, data });
+    safe(() => std.out.flush());
+    safe(() => writeAll(RESPONSE_FD, encode(`{"display":{"cell":${cell.id},"type":"display_data","mime":${JSON.stringify(mime)},"data":${JSON.stringify(data)}}}\n`)));
+  }
+  Object.defineProperty(globalThis, 'display', { value: display, writable: true, configurable: true, enumerable: false });
 
   // JSON of strings with lone surrogates would be invalid for the host.
   function wellFormedDeep(value) {
