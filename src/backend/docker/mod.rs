@@ -116,7 +116,9 @@ pub fn probe() -> EngineProbe {
                         }
                     }
                 };
-                let engine = match docker.version().await {
+                // Both questions at once: a one-shot run waits for this probe.
+                let (version, image) = tokio::join!(docker.version(), image::exists(&docker));
+                let engine = match version {
                     Ok(v) => Ok(format!(
                         "Docker engine {} (API {})",
                         v.version.unwrap_or_default(),
@@ -124,7 +126,7 @@ pub fn probe() -> EngineProbe {
                     )),
                     Err(e) => Err(format!("the engine did not report its version: {e}")),
                 };
-                let image = image::exists(&docker).await.map_err(|e| e.to_string());
+                let image = image.map_err(|e| e.to_string());
                 EngineProbe { engine, image }
             })
             .unwrap_or(EngineProbe {
