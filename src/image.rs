@@ -6,7 +6,7 @@
 //! bash, coreutils and ca-certificates; user `sandbox` (1000:1000, home `/home/sandbox`);
 //! `/workspace` owned by 1000:1000; `/run/sandpit` an empty root-owned mount point; `/tmp` 1777;
 //! no apt lists, caches, docs or man pages; config `User 1000:1000`, `WorkingDir /workspace`,
-//! `Env PATH LANG=C.UTF-8 HOME=/home/sandbox`, label `sandpit.image=1`.
+//! `Env PATH LANG=C.UTF-8 HOME=/home/sandbox`, label `sandpit.image=3`.
 //!
 //! * **offline** (`sandpit image build --offline`, root only): `debootstrap --variant=minbase`
 //!   into a temporary directory, security updates and the shared setup commands in a chroot, then
@@ -30,14 +30,17 @@ use tokio::process::Command;
 
 pub use crate::backend::docker::image::{IMAGE, SANDBOX_UID};
 
-/// The label every sandpit image carries, and its value for this layout.
+/// The label every sandpit image carries, and its value for this layout (the tag's number; both
+/// builds set it, and a build checks it).
 pub const IMAGE_LABEL: &str = "sandpit.image";
-pub const IMAGE_LABEL_VALUE: &str = "1";
+pub const IMAGE_LABEL_VALUE: &str = TAG;
 /// docker/Dockerfile, embedded so that `sandpit image build` works from any directory.
 pub const DOCKERFILE: &str = include_str!("../docker/Dockerfile");
 
 const REPO: &str = "sandpit-sandbox";
-const TAG: &str = "2";
+/// Bumped whenever the image's content changes, so that hosts with the old image build the new
+/// one (the backend asks for [`IMAGE`] by tag).
+const TAG: &str = "3";
 const SUITE: &str = "bookworm";
 const DEFAULT_MIRROR: &str = "http://deb.debian.org/debian";
 const DEFAULT_SECURITY_MIRROR: &str = "http://deb.debian.org/debian-security";
@@ -1548,7 +1551,8 @@ Components: main
             );
         }
         assert!(DOCKERFILE.contains("FROM debian:bookworm-slim"));
-        assert!(DOCKERFILE.contains(&format!("LABEL sandpit.image=\"{TAG}\"")));
+        assert!(DOCKERFILE.contains(&format!("LABEL {IMAGE_LABEL}=\"{IMAGE_LABEL_VALUE}\"")));
+        assert_eq!(IMAGE, format!("{REPO}:{TAG}"));
         assert!(DOCKERFILE.contains("USER 1000:1000"));
         assert!(DOCKERFILE.contains("WORKDIR /workspace"));
         assert!(DOCKERFILE.contains(&format!("PATH={IMAGE_PATH}")));
