@@ -28,9 +28,12 @@ need=()
 [ -x /bin/bash ] || need+=(bash)
 command -v unshare >/dev/null && command -v runuser >/dev/null || need+=(util-linux)
 if is_root; then
-  # matplotlib for /usr/bin/python3: the rich-output cases draw real figures (elsewhere their
-  # matplotlib part is skipped, and says so).
+  # matplotlib and pandas for /usr/bin/python3: the rich-output cases draw real figures and
+  # show a DataFrame, as on the Docker image, which carries both (without them the host
+  # columns skip those parts and say so; under CI=true pandas_and_matplotlib_give_rich_outputs
+  # fails instead).
   /usr/bin/python3 -c 'import matplotlib' 2>/dev/null || need+=(python3-matplotlib)
+  /usr/bin/python3 -c 'import pandas' 2>/dev/null || need+=(python3-pandas)
   # The Docker backend: an engine, and debootstrap to build the sandbox image without a registry.
   command -v dockerd >/dev/null || need+=(docker.io)
   command -v debootstrap >/dev/null || need+=(debootstrap)
