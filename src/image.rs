@@ -2,17 +2,18 @@
 //! or from docker/Dockerfile. The runtime needs only its name, its user and whether it exists
 //! (`backend::docker::image`); everything here is the builder.
 //!
-//! Both ways produce the same layout (`docker/README.md`): Debian bookworm with python3, nodejs,
-//! bash, coreutils and ca-certificates; user `sandbox` (1000:1000, home `/home/sandbox`);
-//! `/workspace` owned by 1000:1000; `/run/sandpit` an empty root-owned mount point; `/tmp` 1777;
-//! no apt lists, caches, docs or man pages; config `User 1000:1000`, `WorkingDir /workspace`,
-//! `Env PATH LANG=C.UTF-8 HOME=/home/sandbox`, label `sandpit.image=3`.
+//! Both ways produce the same layout (`docker/README.md`): Debian bookworm with python3, numpy,
+//! pandas, matplotlib, pip, npm, bash, coreutils and ca-certificates, and Node 22 (the official
+//! binary from the npm registry, sha512 pinned) as `/usr/bin/node`; user `sandbox` (1000:1000,
+//! home `/home/sandbox`); `/workspace` owned by 1000:1000; `/run/sandpit` an empty root-owned
+//! mount point; `/tmp` 1777; no apt lists, caches, docs or man pages; config `User 1000:1000`,
+//! `WorkingDir /workspace`, `Env PATH LANG=C.UTF-8 HOME=/home/sandbox`, label `sandpit.image=3`.
 //!
 //! * **offline** (`sandpit image build --offline`, root only): `debootstrap --variant=minbase`
 //!   into a temporary directory, security updates and the shared setup commands in a chroot, then
 //!   `tar` of the root filesystem streamed straight into the engine's import endpoint
 //!   (`POST /images/create?fromSrc=-`) with the config applied as `changes`. Only the Debian
-//!   mirror is needed, no registry.
+//!   mirror and the npm registry (for Node) are needed, no container registry.
 //! * **Dockerfile** (`sandpit image build`): the embedded `docker/Dockerfile` in a one-file tar
 //!   context, built by the engine (needs `debian:bookworm-slim` from a registry).
 
