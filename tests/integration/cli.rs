@@ -344,10 +344,10 @@ fn auto_falls_back_to_wasi_where_nothing_else_confines() {
         return;
     }
     let image = Command::new("docker")
-        .args(["image", "inspect", "sandpit-sandbox:2"])
+        .args(["image", "inspect", "sandpit-sandbox:3"])
         .output();
     if !image.is_ok_and(|o| o.status.success()) {
-        return skip("no Docker engine with the sandpit-sandbox:2 image");
+        return skip("no Docker engine with the sandpit-sandbox:3 image");
     }
     let (policy, _) = sandpit::policy::Policy::load(None).unwrap();
     let cache = sandpit::backend::wasi::runtimes::cache_dir(&policy);
@@ -400,7 +400,7 @@ fn auto_falls_back_to_wasi_where_nothing_else_confines() {
             .arg(format!("{}:/sandpit:ro", env!("CARGO_BIN_EXE_sandpit")))
             .arg("-v")
             .arg(format!("{}:/var/lib/sandpit/wasi:ro", cache.display()))
-            .args(["--entrypoint", "/sandpit", "sandpit-sandbox:2"])
+            .args(["--entrypoint", "/sandpit", "sandpit-sandbox:3"])
             .args(["run", "-l", lang, "--json", code])
             .stdin(std::process::Stdio::null())
             .output()
