@@ -771,6 +771,19 @@ def interrupt_with_the_watchdog_held(lang):
         check(r["response"]["result"] == [5, 0], "state kept and the watchdog still held", r)
 
 
+@test("javascript")
+def interrupt_while_the_worker_comes_up(lang):
+    """An interrupt soon after the driver starts, while its watchdog worker comes up and takes
+    over SIGINT, still ends the cell (a promise wait and a loop), in any phase of the hand-over."""
+    for i, delay in enumerate([0.01, 0.03, 0.05, 0.08, 0.12, 0.2] * 2):
+        s = fresh(lang)
+        code = "await new Promise(() => {})" if i % 2 == 0 else "while (true) {}"
+        r = run(s, code, interrupt_after=delay, timeout=10)
+        check(r["response"]["status"] == "interrupted", "interrupted %.2f s after start: %r" % (delay, code), r)
+        r = run(s, "result = 1")
+        check(r["response"]["result"] == 1, "the session goes on", r)
+
+
 @test("python", "javascript", "bash")
 def sigint_between_cells(lang):
     s = session(lang)

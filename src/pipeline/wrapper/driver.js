@@ -438,6 +438,11 @@
       }
       writeAll(responseFd, response);
       if (current === cell) current = null;
+      if (handOverLater && !current) {
+        const f = handOverLater;
+        handOverLater = null;
+        f();
+      }
       runNext();
     });
   }
@@ -594,8 +599,9 @@
   // thread, which ends a cell that waits on a promise (the listener's job until then).
   // The hand-over: removing the listener resets SIGINT to its default, and only a start from 0
   // installs the watchdog's handler again, so this thread holds its own run (installing it at
-  // once) while the worker starts its hold, then lets go. If the worker does not come up, the
-  // listener comes back and cells keep working, only slower.
+  // once) while the worker starts its hold, then lets go; and it does so between cells, since a
+  // SIGINT libuv has queued for the listener when the listener goes is lost. If the worker
+  // does not come up, the listener comes back and cells keep working, only slower.
   function holdWatchdog() {
     let Worker;
     try {
@@ -648,11 +654,17 @@
     worker.on('exit', () => {
       if (process.listenerCount('SIGINT') === 0) process.on('SIGINT', onSigint);
     });
+    // Between cells only: a SIGINT that libuv has queued for the listener when the listener
+    // goes is lost, which between cells is what would happen to it anyway.
     worker.on('online', () => {
+      if (current) handOverLater = handOver;
+      else handOver();
+    });
+    function handOver() {
       globalThis.__sandpitHandOver = hold;
       process.removeListener('SIGINT', onSigint);
       try {
-        handOver.runInThisContext({ breakOnSigint: true });
+        handOverRun.runInThisContext({ breakOnSigint: true });
       } catch (e) {
         // A SIGINT during the hand-over: as the listener would have taken it.
         if (e && e.code === INTERRUPTED) onSigint();
@@ -663,14 +675,15 @@
         worker.terminate();
         process.on('SIGINT', onSigint);
       }
-    });
+    }
     worker.on('message', (at) => {
       const cell = current;
       // A signal the worker took before this cell began was meant for no cell of ours.
       if (cell && !cell.done && cell.startedAt <= at) finish(cell, 'interrupted', 130, null);
     });
   }
-  const handOver = new vm.Script(
+  let handOverLater = null; // the hand-over, when the worker came up during a cell
+  const handOverRun = new vm.Script(
     'Atomics.store(__sandpitHandOver, 0, 1), Atomics.notify(__sandpitHandOver, 0), Atomics.wait(__sandpitHandOver, 1, 0, 2000)',
     { filename: 'sandpit-driver' },
   );
