@@ -14,13 +14,13 @@ fn backend() -> &'static str {
     common::native_or_unsandboxed("HTTP tests")
 }
 
-struct Server {
+pub(crate) struct Server {
     child: Child,
-    addr: String,
+    pub(crate) addr: String,
 }
 
 impl Server {
-    fn start(extra: &[&str]) -> Server {
+    pub(crate) fn start(extra: &[&str]) -> Server {
         Self::start_with(extra, &[])
     }
 

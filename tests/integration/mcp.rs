@@ -944,11 +944,21 @@ fn node_with_mcp_sdk() -> Result<PathBuf, String> {
 const TS_SDK_CLIENT: &str = r#"
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import Ajv from "ajv";
 
-const [bin, backend] = process.argv.slice(2);
+// `stdio BIN BACKEND`: sandpit mcp as a child process; `http URL TOKEN`: sandpit serve's /mcp.
+const [transport, a, b] = process.argv.slice(2);
 const client = new Client({ name: "sandpit-test", version: "1.0.0" });
-await client.connect(new StdioClientTransport({ command: bin, args: ["mcp", "-b", backend] }));
+if (transport === "stdio") {
+  await client.connect(new StdioClientTransport({ command: a, args: ["mcp", "-b", b] }));
+} else {
+  const http = new StreamableHTTPClientTransport(new URL(a), {
+    requestInit: { headers: { Authorization: `Bearer ${b}` } },
+  });
+  await client.connect(http);
+  if (!http.sessionId) throw new Error("the server gave no Mcp-Session-Id");
+}
 const { tools } = await client.listTools();
 const ajv = new Ajv({ strict: false, logger: false });
 const validators = Object.fromEntries(tools.map((t) => [t.name, ajv.compile(t.outputSchema)]));
@@ -1002,12 +1012,18 @@ fn mcp_official_typescript_sdk_client() {
             return;
         }
     };
+    run_typescript_sdk_client(&dir, &["stdio", bin(), backend()]);
+}
+
+/// Runs [`TS_SDK_CLIENT`] with `args` (its transport and where to reach the server) and asserts
+/// that every call it made passed its checks.
+pub(crate) fn run_typescript_sdk_client(dir: &Path, args: &[&str]) {
     let script = dir.join("client.mjs");
     std::fs::write(&script, TS_SDK_CLIENT).unwrap();
     let out = Command::new("/usr/bin/node")
         .arg(&script)
-        .args([bin(), backend()])
-        .current_dir(&dir)
+        .args(args)
+        .current_dir(dir)
         .env_remove("SANDPIT_HELPER")
         .stdin(Stdio::null())
         .output()
@@ -1015,9 +1031,27 @@ fn mcp_official_typescript_sdk_client() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.contains("TS-SDK-OK 14"),
-        "{stdout}\n{}",
+        "{args:?}: {stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The same TypeScript SDK client over Streamable HTTP: `sandpit serve` mounts the MCP server at
+/// `/mcp` behind its bearer token, and every check of the stdio run holds there too (schemas,
+/// errors as `ExecResult`s, live output as progress, files, sessions).
+#[test]
+fn mcp_official_typescript_sdk_over_streamable_http() {
+    let dir = match node_with_mcp_sdk() {
+        Ok(dir) => dir,
+        Err(why) => {
+            eprintln!("SKIPPED the TypeScript MCP SDK Streamable HTTP test: {why}");
+            return;
+        }
+    };
+    let token = "ts-sdk-token-0123456789";
+    let srv = crate::http::Server::start(&["--listen", "127.0.0.1:0", "--token", token]);
+    let url = format!("http://{}/mcp", srv.addr);
+    run_typescript_sdk_client(&dir, &["http", &url, token]);
 }
 
 /// Rich outputs over MCP: a PNG the cell displayed arrives as image content a model can see,
