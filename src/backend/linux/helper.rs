@@ -218,6 +218,12 @@ pub fn main(plan_json: &str) -> ! {
         );
     }
 
+    // The seccomp programs are a pure function of the plan: compile them (~1 ms) now, while the
+    // host is still placing us in the session's cgroups, rather than after the set-up below.
+    // They are installed last (step 9).
+    let arch = seccomp::native_arch().unwrap_or_else(|e| fail(Step::Seccomp, e));
+    let filters = seccomp::compile(arch, plan.seccomp).unwrap_or_else(|e| fail(Step::Seccomp, e));
+
     // 2. cgroup (root): the host is moving us into the session's memory/pids/cpu cgroups; wait
     //    for its one-byte "go" on fd 3 before anything forks, so every descendant is counted.
     if plan.wait_for_placement {
@@ -232,7 +238,7 @@ pub fn main(plan_json: &str) -> ! {
         }
     }
 
-    mark("helper: set-up and cgroup placement");
+    mark("helper: set-up, seccomp compile and cgroup placement");
     // 3. Namespaces. Unprivileged, the user namespace comes first (unshare handles it first) and
     //    grants the capabilities the mounts need; we map only our own uid and gid, so nothing
     //    inside is root on the host and files in the workspace keep their owner.
@@ -355,8 +361,6 @@ pub fn main(plan_json: &str) -> ! {
     // 9. no_new_privs, then seccomp last: the filters would otherwise refuse the steps above.
     nix::sys::prctl::set_no_new_privs()
         .unwrap_or_else(|e| fail(Step::Seccomp, format!("PR_SET_NO_NEW_PRIVS: {e}")));
-    let arch = seccomp::native_arch().unwrap_or_else(|e| fail(Step::Seccomp, e));
-    let filters = seccomp::compile(arch, plan.seccomp).unwrap_or_else(|e| fail(Step::Seccomp, e));
     seccomp::install(&filters).unwrap_or_else(|e| fail(Step::Seccomp, e));
     let mut filter_names: Vec<String> = filters.iter().map(|(n, _)| n.clone()).collect();
     if let Some(channel) = supervisor_channel {
