@@ -8,6 +8,8 @@
 //! - `pipeline`: analyzer, redaction, approval and audit on every backend;
 //! - `mcp`: JSON-RPC over stdio, elicitation approval, the official Python SDK;
 //! - `http`: routes, SSE, tokens, approvals, disconnects;
+//! - `openapi_client`: a TypeScript client generated from `/openapi.json` (`@hey-api/openapi-ts`)
+//!   streams an execution;
 //! - `macos_init`: the macOS backend's init stage, run here without a sandbox;
 //! - `container_seccomp`: what a container's seccomp profile refuses (pivot_root,
 //!   process_vm_readv), reproduced on the host.
@@ -24,5 +26,6 @@ mod http;
 mod macos_init;
 mod manager;
 mod mcp;
+mod openapi_client;
 mod pipeline;
 mod repl;

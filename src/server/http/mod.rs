@@ -1,7 +1,8 @@
 //! `sandpit serve`: the HTTP API (`interface.md` §5).
 //!
 //! Routes: `POST /v1/execute` (JSON, or a server-sent event stream with
-//! `Accept: text/event-stream`), `GET /v1/sessions`, `DELETE /v1/sessions/{id}`,
+//! `Accept: text/event-stream`), `POST /v1/execute/stream` (always the stream, one operation for
+//! generated clients), `GET /v1/sessions`, `DELETE /v1/sessions/{id}`,
 //! `GET /v1/approvals`, `POST /v1/approvals/{id}`, `GET /v1/tool_calls`,
 //! `POST /v1/tool_calls/{call_id}` (the application's answers to `http` tools), `GET /healthz`,
 //! `GET /metrics` (Prometheus text), `GET /openapi.json`. Every error is JSON
@@ -271,6 +272,7 @@ fn mcp_service(state: &AppState) -> Router {
 fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/execute", post(routes::execute))
+        .route("/v1/execute/stream", post(routes::execute_stream))
         .route("/v1/sessions", get(routes::list_sessions))
         .route("/v1/sessions/{id}", delete(routes::kill_session))
         .route("/v1/sessions/{id}/files", get(files::list_files))

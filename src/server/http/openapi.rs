@@ -8,13 +8,14 @@ use super::files::{
 // utoipa finds a handler by the `__path_<name>` item its attribute generates; naming the handlers
 // bare (not `routes::execute`) keeps the document as it was, without a `routes` tag.
 use super::routes::{
-    __path_answer_tool_call, __path_decide_approval, __path_execute, __path_healthz,
-    __path_kill_session, __path_list_approvals, __path_list_sessions, __path_list_tool_calls,
-    __path_metrics, ApprovalList, Health, Killed, Resolved, SessionList, ToolCallList,
+    __path_answer_tool_call, __path_decide_approval, __path_execute, __path_execute_stream,
+    __path_healthz, __path_kill_session, __path_list_approvals, __path_list_sessions,
+    __path_list_tool_calls, __path_metrics, ApprovalList, Health, Killed, Resolved, SessionList,
+    ToolCallList,
 };
 use super::sse::{
-    ApprovalPending, DisplayEvent, ExecutionEnd, ExecutionError, ExecutionEvent, ExecutionStart,
-    OutputChunk, Stream, ToolNoticeEvent,
+    ApprovalPending, DisplayEvent, ExecutionEnd, ExecutionError, ExecutionEvent,
+    ExecutionEventData, ExecutionStart, OutputChunk, Stream, ToolNoticeEvent,
 };
 use crate::pipeline::approval::{ApprovalKind, ApprovalRequest, Decision};
 use crate::pipeline::tools::{ToolAnswer, ToolCallEvent};
@@ -33,6 +34,7 @@ use utoipa::OpenApi;
     ),
     paths(
         execute,
+        execute_stream,
         list_sessions,
         kill_session,
         list_files,
@@ -71,6 +73,7 @@ use utoipa::OpenApi;
         ErrorBody,
         ErrorDetail,
         ExecutionEvent,
+        ExecutionEventData,
         ExecutionStart,
         OutputChunk,
         DisplayEvent,
@@ -128,5 +131,22 @@ mod tests {
         assert!(ok["application/json"]["schema"].is_object(), "{ok}");
         assert!(v["components"]["schemas"]["OutputChunk"]["properties"]["seq"].is_object());
         assert!(v["components"]["schemas"]["DisplayEvent"]["properties"]["output"].is_object());
+        // The streaming operation declares the event stream alone (a generator given JSON too
+        // picks JSON), its schema the union of the events' data (what SSE clients yield).
+        let stream = &v["paths"]["/v1/execute/stream"]["post"]["responses"]["200"]["content"];
+        assert_eq!(stream.as_object().map(|o| o.len()), Some(1), "{stream}");
+        assert_eq!(
+            stream["text/event-stream"]["schema"]["$ref"],
+            "#/components/schemas/ExecutionEventData"
+        );
+        let data = v["components"]["schemas"]["ExecutionEventData"]["oneOf"]
+            .as_array()
+            .unwrap();
+        assert!(
+            data.iter()
+                .any(|s| s["$ref"] == "#/components/schemas/OutputChunk"),
+            "{data:?}"
+        );
+        assert_eq!(data.len(), 8, "{data:?}");
     }
 }

@@ -1,11 +1,11 @@
 //! The routes of the HTTP API and their handlers: `POST /v1/execute` (JSON; the event stream
-//! is in [`super::sse`]), `GET /v1/sessions`, `DELETE /v1/sessions/{id}`, `GET /v1/approvals`,
-//! `POST /v1/approvals/{id}`, `GET /v1/tool_calls`, `POST /v1/tool_calls/{call_id}`,
-//! `GET /healthz`, `GET /metrics`, and `GET /openapi.json` (in
-//! [`super::openapi`]; `super::router` puts them all behind the guard).
+//! is in [`super::sse`]), `POST /v1/execute/stream`, `GET /v1/sessions`,
+//! `DELETE /v1/sessions/{id}`, `GET /v1/approvals`, `POST /v1/approvals/{id}`,
+//! `GET /v1/tool_calls`, `POST /v1/tool_calls/{call_id}`, `GET /healthz`, `GET /metrics`, and
+//! `GET /openapi.json` (in [`super::openapi`]; `super::router` puts them all behind the guard).
 
 use super::errors::{ApiError, ErrorBody, JsonBody};
-use super::sse::{execute_sse, wants_sse, ExecutionEvent};
+use super::sse::{execute_sse, wants_sse, ExecutionEvent, ExecutionEventData};
 use super::users::Authed;
 use super::AppState;
 use crate::error::{Error, ErrorCode};
@@ -104,6 +104,41 @@ pub(super) async fn execute(
         Some(e) => ApiError::from_code(e.code, e.message.clone()).into_response(),
         None => Json(result).into_response(),
     }
+}
+
+/// Runs code like `POST /v1/execute`, always as a stream of server-sent events (no `Accept`
+/// header needed). Its own operation so that a client generated from this document streams:
+/// generators make one function per operation and, given both JSON and `text/event-stream` for
+/// one response, pick JSON. Each event's `data` is one of `ExecutionEventData`, its name the
+/// SSE `event:` field and its `id` 1, 2, 3, ...; a dropped connection interrupts the cell, and
+/// `Last-Event-ID` is not honoured (a client must not retry: that would run the code again).
+#[utoipa::path(
+    post,
+    path = "/v1/execute/stream",
+    request_body = ExecRequest,
+    responses(
+        (status = 200, description = "Server-sent events: `execution_start`, then \
+            `output_chunk` {seq, stream, data} and `display` {seq, output} as the cell runs \
+            (`seq` orders stdout, stderr and displays together), `approval_pending`, \
+            `tool_call`, `tool_notice` when they happen, ending in `execution_end` {result} \
+            (any status, `blocked` included) or `execution_error` {error}",
+            content((ExecutionEventData = "text/event-stream"))),
+        (status = 400, description = "Invalid request", body = ErrorBody),
+        (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
+        (status = 403, description = "The token's user is not the request's, or the Host/Origin check failed", body = ErrorBody),
+        (status = 413, description = "Body larger than 10 MiB", body = ErrorBody),
+    )
+)]
+pub(super) async fn execute_stream(
+    State(state): State<AppState>,
+    Extension(authed): Extension<Authed>,
+    JsonBody(mut req): JsonBody<ExecRequest>,
+) -> Response {
+    req.user = match authed.user(Some(&req.user)) {
+        Ok(u) => u,
+        Err(e) => return ApiError::from_error(&e).into_response(),
+    };
+    execute_sse(state, req).into_response()
 }
 
 /// The sessions the user owns.

@@ -1,4 +1,5 @@
-//! `POST /v1/execute` with `Accept: text/event-stream`: one execution as server-sent events,
+//! `POST /v1/execute` with `Accept: text/event-stream`, or `POST /v1/execute/stream` (always a
+//! stream, its own operation for generated clients): one execution as server-sent events,
 //! `execution_start`, `output_chunk` {seq, stream, data} as the output arrives, `display`
 //! {seq, output} for each rich output the cell shows while it runs,
 //! `approval_pending` when it waits for an operator, `tool_call` when the code calls an `http`
@@ -7,7 +8,8 @@
 //! result says `status: blocked`) or `execution_error` {error}.
 //! Every event has an `id`, 1, 2, 3, ... in the order sent; `output_chunk.seq` numbers the
 //! chunks of stdout and stderr together in the order sandpit read them, so a client can
-//! interleave the two streams. [`ExecutionEvent`] describes them in the OpenAPI document.
+//! interleave the two streams. [`ExecutionEvent`] describes them in the OpenAPI document, and
+//! [`ExecutionEventData`] their `data` (the stream of `/v1/execute/stream`).
 //! A client that disconnects interrupts its cell (the session keeps its state).
 
 use super::errors::ErrorDetail;
@@ -30,6 +32,25 @@ use tokio::sync::mpsc;
 #[serde(tag = "event", content = "data", rename_all = "snake_case")]
 #[allow(dead_code)] // documentation of the stream: built field by field below
 pub(super) enum ExecutionEvent {
+    ExecutionStart(ExecutionStart),
+    OutputChunk(OutputChunk),
+    Display(DisplayEvent),
+    ApprovalPending(ApprovalPending),
+    ToolCall(ToolCallEvent),
+    ToolNotice(ToolNoticeEvent),
+    ExecutionEnd(ExecutionEnd),
+    ExecutionError(ExecutionError),
+}
+
+/// The `data` of one event of a streamed execution, as a generated client yields it: the
+/// OpenAPI description of `POST /v1/execute/stream`. Generated SSE clients (`@hey-api/openapi-ts`
+/// among them) parse each event's `data:` line against the response schema and hand over the
+/// event's name (`event:`) and `id` beside it, so this is the union of the data payloads;
+/// [`ExecutionEvent`] pairs each payload with its name.
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)] // documentation of the stream, like ExecutionEvent
+pub(super) enum ExecutionEventData {
     ExecutionStart(ExecutionStart),
     OutputChunk(OutputChunk),
     Display(DisplayEvent),
