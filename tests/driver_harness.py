@@ -747,6 +747,29 @@ def interrupt_keeps_state(lang):
         check("e" not in r["stdout"], "set +e", r)
 
 
+@test("bash")
+def interrupt_leaves_no_job(lang):
+    """After an interrupted cell, `jobs` lists nothing that cell ran in the foreground, and no
+    later job either. (bash runs the SIGINT trap from its wait for the foreground job with its
+    job list frozen; a plain `return` out of the trap left it frozen for good, so the killed job
+    and every later one, even a finished `/bin/true`, stayed listed.) A job the user started
+    with & in an earlier cell and that is still running stays listed, as in an interactive bash."""
+    s = fresh(lang)
+    for code in ["sleep 100", "sleep 100 | cat", "f() { sleep 100; }; f", "(sleep 100)", "x=$(sleep 100)", "read x"]:
+        r = run(s, code, interrupt_after=0.3, timeout=10, interactive=code == "read x")
+        check(r["response"]["status"] == "interrupted", "interrupted: %r" % code, r)
+        r = run(s, "/bin/true; jobs; /bin/true; jobs")
+        check(r["stdout"] == "" and r["response"]["status"] == "ok", "no job left after interrupting %r" % code, r)
+    expect_ok(run(s, "sleep 60 &"))
+    r = run(s, "sleep 100", interrupt_after=0.3, timeout=10)
+    check(r["response"]["status"] == "interrupted", "interrupted with a background job running", r)
+    r = run(s, "/bin/true; jobs")
+    lines = r["stdout"].splitlines()
+    check(len(lines) == 1 and "Running" in lines[0], "only the user's background job is listed", r)
+    r = run(s, "kill %1; wait %1; /bin/true; jobs")
+    check(r["stdout"] == "", "and it goes once it has ended", r)
+
+
 @test("javascript")
 def interrupt_with_the_watchdog_held(lang):
     """Once the worker holds Node's SIGINT watchdog (the driver's listener is gone), SIGINT

@@ -82,9 +82,16 @@ __sp_cell() { __sp_in_cell=1; builtin trap "$__sp_on_int" INT; builtin trap "$__
 # Trap texts. The first way out of a cell records the shell options in __sp_f, and each
 # turns off -e -x -v (silently: its xtrace goes to /dev/null). __sp_save writes the cell's
 # locals out when the cell may have declared some (__sp_keep), only from __sp_cell's frame.
+# A return out of a trap goes through eval. When SIGINT kills (or is caught by) the foreground
+# job, bash runs the INT trap from its wait for that job with its job list frozen (no job is
+# removed), and thaws the list after the handler; a plain `return` jumps past that, so the list
+# stayed frozen for good: the killed job and every later one, even a finished foreground
+# command, stayed in `jobs`, and disown/wait could not remove them. A return out of an eval
+# run inside a trap thaws the list (bash's evalstring). (The DEBUG trap set first fires on the
+# INT trap's next command, so the return taken is the one in __sp_unwind.)
 __sp_save='[[ -n $__sp_keep && ${FUNCNAME-} == __sp_cell ]] && { builtin local -p >"$__sp_locals"; } 2>/dev/null || :'
-__sp_unwind='if [[ ${FUNCNAME-} ]]; then '$__sp_save'; builtin return $__sp_st; fi'
-__sp_on_int='{ [[ -n $__sp_f ]] || __sp_f=$-; builtin set +exv; } 2>/dev/null; __sp_int=1 __sp_st=130; if [[ ${FUNCNAME-} ]]; then builtin trap "$__sp_unwind" DEBUG; '$__sp_save'; builtin return 130; fi'
+__sp_unwind='if [[ ${FUNCNAME-} ]]; then '$__sp_save'; builtin eval "builtin return $__sp_st"; fi'
+__sp_on_int='{ [[ -n $__sp_f ]] || __sp_f=$-; builtin set +exv; } 2>/dev/null; __sp_int=1 __sp_st=130; if [[ ${FUNCNAME-} ]]; then builtin trap "$__sp_unwind" DEBUG; '$__sp_save'; builtin eval "builtin return 130"; fi'
 __sp_on_err='__sp_st=$?; if [[ $- == *e* && $BASHPID == $$ ]]; then { [[ -n $__sp_f ]] || __sp_f=$-; builtin set +exv; } 2>/dev/null; if [[ ${FUNCNAME-} ]]; then builtin trap "$__sp_unwind" DEBUG; '$__sp_save'; builtin return $__sp_st; fi; fi'
 __sp_locals="${TMPDIR:-/tmp}/.sandpit-bash-locals.$$"
 __sp_in_cell=
