@@ -448,6 +448,40 @@ fn http_api_end_to_end() {
     assert_eq!(name, "execution_error");
     assert_eq!(data["error"]["code"], "INVALID_REQUEST");
 
+    // an SSE client's retry (Last-Event-ID) is refused on both stream routes, and nothing runs:
+    // the session the request names is never started
+    let body = r#"{"language":"bash","session_id":"resume","code":"echo again"}"#;
+    for (path, accept) in [
+        ("/v1/execute", "text/event-stream"),
+        ("/v1/execute/stream", "*/*"),
+    ] {
+        let r = srv.req(
+            "POST",
+            path,
+            &[
+                ("Content-Type", "application/json"),
+                ("Accept", accept),
+                ("Last-Event-ID", "3"),
+            ],
+            body,
+        );
+        assert_eq!(r.status, 400, "{path}: {}", r.text());
+        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!(v["error"]["code"], "INVALID_REQUEST", "{v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("not run again"),
+            "{v}"
+        );
+    }
+    let (_, v) = srv.json("GET", "/v1/sessions", "");
+    assert!(
+        !v.to_string().contains("\"resume\""),
+        "a refused retry started its session: {v}"
+    );
+
     // openapi
     let (st, v) = srv.json("GET", "/openapi.json", "");
     assert_eq!(st, 200);

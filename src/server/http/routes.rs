@@ -5,7 +5,7 @@
 //! `GET /openapi.json` (in [`super::openapi`]; `super::router` puts them all behind the guard).
 
 use super::errors::{ApiError, ErrorBody, JsonBody};
-use super::sse::{execute_sse, wants_sse, ExecutionEvent, ExecutionEventData};
+use super::sse::{execute_sse, refuse_resumption, wants_sse, ExecutionEvent, ExecutionEventData};
 use super::users::Authed;
 use super::AppState;
 use crate::error::{Error, ErrorCode};
@@ -89,6 +89,9 @@ pub(super) async fn execute(
         Err(e) => return ApiError::from_error(&e).into_response(),
     };
     if wants_sse(&headers) {
+        if let Some(refusal) = refuse_resumption(&headers) {
+            return refusal.into_response();
+        }
         return execute_sse(state, req).into_response();
     }
     let via = Via {
@@ -110,8 +113,8 @@ pub(super) async fn execute(
 /// header needed). Its own operation so that a client generated from this document streams:
 /// generators make one function per operation and, given both JSON and `text/event-stream` for
 /// one response, pick JSON. Each event's `data` is one of `ExecutionEventData`, its name the
-/// SSE `event:` field and its `id` 1, 2, 3, ...; a dropped connection interrupts the cell, and
-/// `Last-Event-ID` is not honoured (a client must not retry: that would run the code again).
+/// SSE `event:` field and its `id` 1, 2, 3, ...; a dropped connection interrupts the cell, and a
+/// request with `Last-Event-ID` (a client's retry) is refused with 400, never run again.
 #[utoipa::path(
     post,
     path = "/v1/execute/stream",
@@ -123,7 +126,7 @@ pub(super) async fn execute(
             `tool_call`, `tool_notice` when they happen, ending in `execution_end` {result} \
             (any status, `blocked` included) or `execution_error` {error}",
             content((ExecutionEventData = "text/event-stream"))),
-        (status = 400, description = "Invalid request", body = ErrorBody),
+        (status = 400, description = "Invalid request, or a `Last-Event-ID` header: a stream cannot be resumed, and the code is not run again", body = ErrorBody),
         (status = 401, description = "Missing or wrong bearer token", body = ErrorBody),
         (status = 403, description = "The token's user is not the request's, or the Host/Origin check failed", body = ErrorBody),
         (status = 413, description = "Body larger than 10 MiB", body = ErrorBody),
@@ -132,12 +135,16 @@ pub(super) async fn execute(
 pub(super) async fn execute_stream(
     State(state): State<AppState>,
     Extension(authed): Extension<Authed>,
+    headers: HeaderMap,
     JsonBody(mut req): JsonBody<ExecRequest>,
 ) -> Response {
     req.user = match authed.user(Some(&req.user)) {
         Ok(u) => u,
         Err(e) => return ApiError::from_error(&e).into_response(),
     };
+    if let Some(refusal) = refuse_resumption(&headers) {
+        return refusal.into_response();
+    }
     execute_sse(state, req).into_response()
 }
 

@@ -126,6 +126,23 @@ pub(super) struct ExecutionError {
     pub error: ErrorDetail,
 }
 
+/// A request that carries `Last-Event-ID` is an SSE client reconnecting after a dropped stream
+/// (generated clients retry by sending the same POST again). An execution's stream cannot be
+/// resumed, and running the code a second time is not what the client meant: refuse it, before
+/// anything runs, with a message that says so.
+pub(super) fn refuse_resumption(headers: &HeaderMap) -> Option<super::errors::ApiError> {
+    let id = headers.get("last-event-id")?;
+    Some(super::errors::ApiError::from_code(
+        crate::error::ErrorCode::InvalidRequest,
+        format!(
+            "Last-Event-ID {:?}: an execution's event stream cannot be resumed, and this request \
+             was not run again (the code may already have run); send a new request without \
+             Last-Event-ID, or turn off your SSE client's retries",
+            String::from_utf8_lossy(id.as_bytes())
+        ),
+    ))
+}
+
 /// True if the client asked for an event stream.
 pub(super) fn wants_sse(headers: &HeaderMap) -> bool {
     headers
