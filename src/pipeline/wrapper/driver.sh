@@ -1,4 +1,4 @@
-__sp_cell() { __sp_in_cell=1; builtin trap "$__sp_on_int" INT; builtin trap "$__sp_on_err" ERR; builtin set -E$__sp_flags; __sp_ret $__sp_prev && :; builtin eval "$__sp_code"; { __sp_st=$?; [[ -n $__sp_f ]] || __sp_f=$-; builtin set +exv; } 2>/dev/null; builtin eval "$__sp_save"; builtin return $__sp_st; }
+__sp_cell() { builtin trap '{ builtin eval "$__sp_on_int"; } 2>/dev/null' INT; builtin trap '{ builtin eval "$__sp_on_err"; } 2>/dev/null' ERR; builtin set -E$__sp_flags; [[ $__sp_prev == 0 ]] || __sp_ret "$__sp_prev" && :; builtin eval "$__sp_code"; { __sp_st=$?; [[ -n $__sp_f ]] || __sp_f=$-; builtin set +euvx; } 2>/dev/null; [[ -z $__sp_keep ]] || { builtin local -p >"$__sp_locals"; } 2>/dev/null || :; builtin return $__sp_st; }
 # ^ __sp_cell runs one cell (see "How a cell runs" below). It sits on line 1 because bash
 #   numbers the lines of an eval from the line of the eval: on line 1, error messages give
 #   the cell's own line numbers ("environment: eval: line 2: syntax error ...").
@@ -53,11 +53,11 @@ __sp_cell() { __sp_in_cell=1; builtin trap "$__sp_on_int" INT; builtin trap "$__
 #     `builtin exit`, and an expansion error under `set -u`, end the shell as in any bash
 #     script: the host sees the interpreter exit and restarts the session.
 #   - Between cells SIGINT is ignored and the driver's own commands run with -e -u -x -v
-#     off; each cell gets the user's options back.
+#     off (every way out of a cell turns them off); each cell gets the user's options back.
 #   - Bash strings cannot hold NUL bytes: a NUL in the code or prelude is dropped.
 #   - `$?` at the start of a cell is the previous cell's exit status, as at a shell prompt
-#     (set by `__sp_ret` in a && list, which neither the ERR trap nor set -e act on; under
-#     the user's `set -x` it shows as two trace lines).
+#     (set by `__sp_ret` in a && list, which neither the ERR trap nor set -e act on, when it
+#     is not 0; under the user's `set -x` it shows as trace lines).
 #
 # Host tools in bash
 #   - `sandpit-tool NAME [JSON | -]` (a function of this shell): prints the tool's result as
@@ -79,9 +79,12 @@ __sp_cell() { __sp_in_cell=1; builtin trap "$__sp_on_int" INT; builtin trap "$__
 #     from the first cell whose code names sandpit-tool (or may run code it cannot see:
 #     source, eval, `. `); before that there is none, and a call does not check.
 
-# Trap texts. The first way out of a cell records the shell options in __sp_f, and each
-# turns off -e -x -v (silently: its xtrace goes to /dev/null). __sp_save writes the cell's
-# locals out when the cell may have declared some (__sp_keep), only from __sp_cell's frame.
+# Trap texts. The traps __sp_cell sets eval them from these variables: the trap builtin's
+# cost grows with the length of the text it is given, and each cell sets two (with their
+# stderr, the handler's own xtrace under the user's set -x, on /dev/null). The first way out
+# of a cell records the shell options in __sp_f, and each turns off -e -u -x -v. __sp_save
+# writes the cell's locals out when the cell may have declared some (__sp_keep), only from
+# __sp_cell's frame.
 # A return out of a trap goes through eval. When SIGINT kills (or is caught by) the foreground
 # job, bash runs the INT trap from its wait for that job with its job list frozen (no job is
 # removed), and thaws the list after the handler; a plain `return` jumps past that, so the list
@@ -91,8 +94,8 @@ __sp_cell() { __sp_in_cell=1; builtin trap "$__sp_on_int" INT; builtin trap "$__
 # INT trap's next command, so the return taken is the one in __sp_unwind.)
 __sp_save='[[ -n $__sp_keep && ${FUNCNAME-} == __sp_cell ]] && { builtin local -p >"$__sp_locals"; } 2>/dev/null || :'
 __sp_unwind='if [[ ${FUNCNAME-} ]]; then '$__sp_save'; builtin eval "builtin return $__sp_st"; fi'
-__sp_on_int='{ [[ -n $__sp_f ]] || __sp_f=$-; builtin set +exv; } 2>/dev/null; __sp_int=1 __sp_st=130; if [[ ${FUNCNAME-} ]]; then builtin trap "$__sp_unwind" DEBUG; '$__sp_save'; builtin eval "builtin return 130"; fi'
-__sp_on_err='__sp_st=$?; if [[ $- == *e* && $BASHPID == $$ ]]; then { [[ -n $__sp_f ]] || __sp_f=$-; builtin set +exv; } 2>/dev/null; if [[ ${FUNCNAME-} ]]; then builtin trap "$__sp_unwind" DEBUG; '$__sp_save'; builtin return $__sp_st; fi; fi'
+__sp_on_int='{ [[ -n $__sp_f ]] || __sp_f=$-; builtin set +euvx; } 2>/dev/null; __sp_int=1 __sp_st=130; if [[ ${FUNCNAME-} ]]; then builtin trap "$__sp_unwind" DEBUG; '$__sp_save'; builtin eval "builtin return 130"; fi'
+__sp_on_err='__sp_st=$?; if [[ $- == *e* && $BASHPID == $$ ]]; then { [[ -n $__sp_f ]] || __sp_f=$-; builtin set +euvx; } 2>/dev/null; if [[ ${FUNCNAME-} ]]; then builtin trap "$__sp_unwind" DEBUG; '$__sp_save'; builtin return $__sp_st; fi; fi'
 __sp_locals="${TMPDIR:-/tmp}/.sandpit-bash-locals.$$"
 __sp_in_cell=
 
@@ -107,20 +110,42 @@ exit() {
             __sp_st=2
         fi
     fi
-    { [[ -n $__sp_f ]] || __sp_f=$-; builtin set +exv; } 2>/dev/null
+    { [[ -n $__sp_f ]] || __sp_f=$-; builtin set +euvx; } 2>/dev/null
     builtin trap "$__sp_unwind" DEBUG
     builtin return $__sp_st
 }
 __sp_flags= # the user's -e -u -x -v, put back for each cell
 
-# Reads exactly $1 bytes from fd 3 into __sp_buf. The C locale (local to the function) makes
-# read -n and ${#...} count bytes; LC_CTYPE is cheaper to switch than LC_ALL, which is only
-# needed when the user set LC_ALL. read -d '' stops at a NUL byte, which bash cannot store:
-# it is consumed and counted, so the framing stays in step.
-__sp_read() {
+# Reads the next request (see "Protocol"): the header (skipping a late tool answer, a line
+# that starts with "{"), then the prelude and the code into __sp_prelude and __sp_code.
+# In the C locale, local to the function, so that read -n and ${#...} count bytes; it is
+# switched to before the driver waits for the request, so only the switch back adds to a
+# cell's time. LC_CTYPE is cheaper to switch than LC_ALL, which is only needed when the user
+# set LC_ALL. A field is one read of its length in the usual case; read -d '' stops at a NUL
+# byte, which bash cannot store: it is consumed and dropped, and __sp_read_more reads the rest,
+# so the framing stays in step. Returns non-zero at EOF.
+__sp_recv() {
     if [[ -n ${LC_ALL+set} ]]; then local LC_ALL=C; else local LC_CTYPE=C; fi
-    local want=$1 chunk
-    __sp_buf=
+    IFS=' ' builtin read -r -u 3 __sp_id __sp_nonce __sp_inter __sp_plen __sp_clen || return
+    while [[ $__sp_id == '{'* ]]; do
+        IFS=' ' builtin read -r -u 3 __sp_id __sp_nonce __sp_inter __sp_plen __sp_clen || return
+    done
+    __sp_prelude= __sp_code=
+    if ((__sp_plen > 0)); then
+        IFS= builtin read -r -d '' -n "$__sp_plen" -u 3 __sp_prelude || return
+        ((${#__sp_prelude} == __sp_plen)) || __sp_read_more __sp_prelude "$__sp_plen" || return
+    fi
+    if ((__sp_clen > 0)); then
+        IFS= builtin read -r -d '' -n "$__sp_clen" -u 3 __sp_code || return
+        ((${#__sp_code} == __sp_clen)) || __sp_read_more __sp_code "$__sp_clen" || return
+    fi
+}
+
+# After a read of a field that stopped at a NUL: reads the rest of the field ($2 bytes in all)
+# into the variable named $1, in the caller's C locale.
+__sp_read_more() {
+    local buf=${!1} want chunk
+    want=$(($2 - ${#buf} - 1)) # the NUL was read too
     while ((want > 0)); do
         IFS= builtin read -r -d '' -n "$want" -u 3 chunk
         case $?,$((${#chunk} == want)) in
@@ -128,8 +153,9 @@ __sp_read() {
         0,0) ((want -= ${#chunk} + 1)) ;; # stopped at a NUL
         *) return 1 ;;                    # EOF
         esac
-        __sp_buf+=$chunk
+        buf+=$chunk
     done
+    builtin printf -v "$1" %s "$buf"
 }
 
 __sp_ret() { return "$1"; }
@@ -221,36 +247,27 @@ builtin trap '' INT
 builtin set -E
 builtin printf '{"ready":true,"language":"bash","version":"%s","pid":%d}\n' "${BASH_VERSION%%[^0-9.]*}" "$$" >&4
 
+# The loop keeps its work per cell small (each bash command costs microseconds, more with
+# a long argument): no forks, one test of the code for all the keywords, short trap texts, and
+# what only the next cell needs after the response.
 while :; do
-    IFS=' ' builtin read -r -u 3 __sp_id __sp_nonce __sp_inter __sp_plen __sp_clen || break
-    # A late answer to a tool call an interrupt abandoned.
-    [[ $__sp_id == '{'* ]] && continue
-    __sp_prelude= __sp_code=
-    if ((__sp_plen > 0)); then
-        __sp_read "$__sp_plen" || break
-        __sp_prelude=$__sp_buf
-    fi
-    if ((__sp_clen > 0)); then
-        __sp_read "$__sp_clen" || break
-        __sp_code=$__sp_buf
-    fi
-    __sp_int=0 __sp_f= __sp_keep=
-    # Only these can leave variables local to __sp_cell (source/eval/. may run a declare).
-    if [[ $__sp_code == *declare* || $__sp_code == *typeset* || $__sp_code == *local* ||
-        $__sp_code == *source* || $__sp_code == *eval* || $__sp_code == *". "* ]]; then
-        __sp_keep=1
-    fi
+    __sp_recv || break
+    # Only declare/typeset/local can leave variables local to __sp_cell, only sandpit-tool
+    # calls a host tool, and source/eval/. may run either (;;& tests the next pattern too).
+    __sp_keep=
+    case $__sp_code in
+    *source* | *eval* | *". "*) __sp_keep=1 __sp_tool_track=1 ;;
+    *declare* | *typeset* | *local*) __sp_keep=1 ;;&
+    *sandpit-tool*) __sp_tool_track=1 ;;
+    esac
     if [[ -n $__sp_prelude ]]; then
         builtin eval "$__sp_prelude" 3<&- 4>&-
-    fi
-    if [[ -z $__sp_tool_track ]] && [[ $__sp_code == *sandpit-tool* || $__sp_code == *source* ||
-        $__sp_code == *eval* || $__sp_code == *". "* ]]; then
-        __sp_tool_track=1
     fi
     if [[ -n $__sp_tool_track ]]; then
         # In place and fixed width: truncating a file may cost a disk flush every cell.
         { builtin printf '%-20s\n' "$__sp_id" 1<>"$__sp_tool_cell"; } 2>/dev/null
     fi
+    __sp_int=0 __sp_f= __sp_in_cell=1
     # 3 and 4 first: bash keeps their saved copies on fds 10 and 11 (see "Host tools").
     if [[ $__sp_inter == 1 ]]; then
         __sp_cell 3<&- 4>&-
@@ -258,10 +275,9 @@ while :; do
         __sp_cell 3<&- 4>&- </dev/null
     fi
     # Back in the driver. Options and xtrace are already off on every way out of __sp_cell
-    # but a `return` in the cell's code; -u goes off here.
+    # but a `return` in the cell's code.
     __sp_rc=$? __sp_in_cell=
-    [[ -n $__sp_f ]] || { __sp_f=$-; builtin set +exv; } 2>/dev/null
-    builtin set +u
+    [[ -n $__sp_f ]] || { __sp_f=$-; builtin set +euvx; } 2>/dev/null
     builtin trap '' INT
     builtin trap - DEBUG ERR
     # No tool call from now on; wait for one in progress (the host answers or cancels it).
@@ -285,13 +301,11 @@ while :; do
             builtin read -t 0 -u 0 && builtin read -r -t 0.05 -u 0 __sp_junk || break
         done
     fi
-    __sp_prev=$__sp_rc
+    __sp_prev=$__sp_rc __sp_status=ok
     if ((__sp_int)); then
         __sp_status=interrupted __sp_rc=130 __sp_prev=130
     elif ((__sp_rc)); then
         __sp_status=error
-    else
-        __sp_status=ok
     fi
     builtin printf '\036sandpit-end:%s\036' "$__sp_nonce"
     builtin printf '\036sandpit-end:%s\036' "$__sp_nonce" >&2
@@ -303,10 +317,6 @@ while :; do
         builtin source "$__sp_locals"
         : >"$__sp_locals"
     fi
-    __sp_flags=
-    [[ $__sp_f == *e* ]] && __sp_flags+=e
-    [[ $__sp_f == *u* ]] && __sp_flags+=u
-    [[ $__sp_f == *x* ]] && __sp_flags+=x
-    [[ $__sp_f == *v* ]] && __sp_flags+=v
+    __sp_flags=${__sp_f//[!euvx]/}
 done
 builtin exit 0
