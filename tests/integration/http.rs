@@ -1079,6 +1079,15 @@ fn files_api_uploads_lists_and_downloads() {
         r#"{"content":"a,b\n1,2\n3,4\n"}"#,
     );
     assert_eq!((st, v["size"].clone()), (200, serde_json::json!(12)), "{v}");
+    // The raw file as the body, as curl --data-binary would send it: the error names the
+    // schema the route wants, not another route's.
+    let (st, v) = srv.json("PUT", "/v1/sessions/f1/files/raw.csv", "a,b\n1,2\n");
+    assert_eq!(st, 400, "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("valid JSON Upload (see /openapi.json)"),
+        "{message}"
+    );
     let (st, v) = srv.json(
         "POST",
         "/v1/execute",

@@ -123,9 +123,13 @@ where
             }
         })?;
         serde_json::from_slice(&bytes).map(JsonBody).map_err(|e| {
+            // The schema's name as /openapi.json calls it (ExecRequest, Upload, Decision, ...).
+            let schema = std::any::type_name::<T>().rsplit("::").next().unwrap_or("body");
             ApiError::from_code(
                 ErrorCode::InvalidRequest,
-                format!("invalid request: the body is not a valid JSON ExecRequest: {e}"),
+                format!(
+                    "invalid request: the body is not a valid JSON {schema} (see /openapi.json): {e}"
+                ),
             )
         })
     }
