@@ -26,6 +26,7 @@ mod http;
 mod macos_init;
 mod manager;
 mod mcp;
+mod npm;
 mod openapi_client;
 mod pipeline;
 mod repl;

@@ -897,48 +897,17 @@ fn mcp_cancellation_interrupts_the_cell() {
     s.close_and_wait();
 }
 
-/// A directory with the official MCP TypeScript SDK and ajv (`npm install` into the target
-/// directory once, pinned to the SDK's major version 1), for [`mcp_official_typescript_sdk_client`].
+/// A directory with the official MCP TypeScript SDK and ajv (pinned to the SDK's major version
+/// 1), for [`mcp_official_typescript_sdk_client`].
 fn node_with_mcp_sdk() -> Result<PathBuf, String> {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mcp-ts-sdk");
-    let has_sdk = |d: &Path| {
-        d.join("node_modules/@modelcontextprotocol/sdk/package.json")
-            .is_file()
-            && d.join("node_modules/ajv/package.json").is_file()
-    };
-    if has_sdk(&dir) {
-        return Ok(dir);
-    }
-    if !Path::new("/usr/bin/node").exists() {
-        return Err("no /usr/bin/node".into());
-    }
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    std::fs::write(
-        dir.join("package.json"),
-        r#"{"name": "sandpit-mcp-ts-sdk-test", "private": true, "type": "module"}"#,
+    crate::npm::install_once(
+        "mcp-ts-sdk",
+        &["@modelcontextprotocol/sdk@1", "ajv@8"],
+        &[
+            "node_modules/@modelcontextprotocol/sdk/package.json",
+            "node_modules/ajv/package.json",
+        ],
     )
-    .map_err(|e| e.to_string())?;
-    let ok = Command::new("npm")
-        .args([
-            "install",
-            "--silent",
-            "--no-audit",
-            "--no-fund",
-            "@modelcontextprotocol/sdk@1",
-            "ajv@8",
-        ])
-        .current_dir(&dir)
-        .stdin(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if ok && has_sdk(&dir) {
-        Ok(dir)
-    } else {
-        Err(
-            "`npm install @modelcontextprotocol/sdk ajv` failed (is the npm registry reachable?)"
-                .into(),
-        )
-    }
 }
 
 const TS_SDK_CLIENT: &str = r#"

@@ -17,56 +17,16 @@ const GENERATOR: &str = "@hey-api/openapi-ts@~0.95.0";
 /// The compiler for the generated TypeScript (Node 20 cannot strip types).
 const TYPESCRIPT: &str = "typescript@5";
 
-/// `npm install`s the generator and TypeScript once into the target's scratch directory.
+/// The generator and TypeScript, installed once into the target's scratch directory.
 fn node_with_openapi_ts() -> Result<PathBuf, String> {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("openapi-ts-0.95");
-    let installed = |d: &Path| {
-        d.join("node_modules/@hey-api/openapi-ts/package.json")
-            .is_file()
-            && d.join("node_modules/typescript/bin/tsc").is_file()
-    };
-    if installed(&dir) {
-        return Ok(dir);
-    }
-    if !Path::new("/usr/bin/node").exists() {
-        return Err("no /usr/bin/node".into());
-    }
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    std::fs::write(
-        dir.join("package.json"),
-        r#"{"name": "sandpit-openapi-client-test", "private": true, "type": "module"}"#,
+    crate::npm::install_once(
+        "openapi-ts-0.95",
+        &[GENERATOR, TYPESCRIPT],
+        &[
+            "node_modules/@hey-api/openapi-ts/package.json",
+            "node_modules/typescript/bin/tsc",
+        ],
     )
-    .map_err(|e| e.to_string())?;
-    let ok = Command::new("npm")
-        .args([
-            "install",
-            "--silent",
-            "--no-audit",
-            "--no-fund",
-            GENERATOR,
-            TYPESCRIPT,
-        ])
-        .current_dir(&dir)
-        .stdin(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if ok && installed(&dir) {
-        Ok(dir)
-    } else {
-        Err(format!(
-            "`npm install {GENERATOR} {TYPESCRIPT}` failed (is the npm registry reachable?)"
-        ))
-    }
-}
-
-fn npm_exists() -> bool {
-    Command::new("npm")
-        .arg("--version")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
 }
 
 fn is_root() -> bool {
@@ -212,7 +172,7 @@ fn generated_typescript_client_streams_an_execution() {
             let must = std::env::var("CI").as_deref() == Ok("true")
                 && cfg!(target_os = "linux")
                 && is_root()
-                && npm_exists();
+                && crate::npm::exists();
             assert!(!must, "CI=true as root with npm installed, but {why}");
             eprintln!("SKIPPED the generated OpenAPI client test: {why}");
             return;

@@ -89,10 +89,7 @@ pub(super) async fn execute(
         Err(e) => return ApiError::from_error(&e).into_response(),
     };
     if wants_sse(&headers) {
-        if let Some(refusal) = refuse_resumption(&headers) {
-            return refusal.into_response();
-        }
-        return execute_sse(state, req).into_response();
+        return stream(state, &headers, req);
     }
     let via = Via {
         interface: "http",
@@ -142,10 +139,16 @@ pub(super) async fn execute_stream(
         Ok(u) => u,
         Err(e) => return ApiError::from_error(&e).into_response(),
     };
-    if let Some(refusal) = refuse_resumption(&headers) {
-        return refusal.into_response();
+    stream(state, &headers, req)
+}
+
+/// Both stream routes: the execution as server-sent events, unless the request is a client's
+/// attempt to resume a stream (`Last-Event-ID`), which is refused before anything runs.
+fn stream(state: AppState, headers: &HeaderMap, req: ExecRequest) -> Response {
+    match refuse_resumption(headers) {
+        Some(refusal) => refusal.into_response(),
+        None => execute_sse(state, req).into_response(),
     }
-    execute_sse(state, req).into_response()
 }
 
 /// The sessions the user owns.
