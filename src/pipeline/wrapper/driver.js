@@ -654,7 +654,7 @@
   // once) while the worker starts its hold, then lets go; and it does so between cells, since a
   // SIGINT libuv has queued for the listener when the listener goes is lost. If the worker
   // does not come up, the listener comes back and cells keep working, only slower.
-  function holdWatchdog() {
+  function holdWatchdog(limited = true) {
     let Worker;
     try {
       ({ Worker } = require('worker_threads'));
@@ -696,15 +696,23 @@
       }`;
     let worker;
     try {
-      worker = new Worker(source, { eval: true, workerData: hold.buffer, stdout: true, stderr: true, resourceLimits: { maxOldGenerationSizeMb: 16, maxYoungGenerationSizeMb: 2, stackSizeMb: 1 } });
+      // The heap limits are limits, not reservations (a node 20 worker needs ~4.5 MB of old
+      // space to start; at 4 MB it died at once, silently leaving every cell on the slow path).
+      const resourceLimits = limited ? { maxOldGenerationSizeMb: 16, maxYoungGenerationSizeMb: 2, stackSizeMb: 1 } : { stackSizeMb: 1 };
+      worker = new Worker(source, { eval: true, workerData: hold.buffer, stdout: true, stderr: true, resourceLimits });
     } catch {
       return;
     }
     worker.unref();
-    worker.on('error', () => {});
-    // The worker gone (a memory limit, say), the listener takes SIGINT again.
+    let outOfMemory = false;
+    worker.on('error', (e) => {
+      if (e && e.code === 'ERR_WORKER_OUT_OF_MEMORY') outOfMemory = true;
+    });
+    // The worker gone (a memory limit, say), the listener takes SIGINT again; if the limits
+    // were too tight for this node, once more without them.
     worker.on('exit', () => {
       if (process.listenerCount('SIGINT') === 0) process.on('SIGINT', onSigint);
+      if (outOfMemory && limited) holdWatchdog(false);
     });
     // Between cells only: a SIGINT that libuv has queued for the listener when the listener
     // goes is lost, which between cells is what would happen to it anyway.
