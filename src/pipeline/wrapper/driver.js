@@ -696,7 +696,7 @@
       }`;
     let worker;
     try {
-      // The heap limits are limits, not reservations (a node 20 worker needs ~4.5 MB of old
+      // The heap limits are limits, not reservations (a node 20 worker uses ~4.2 MB of old
       // space to start; at 4 MB it died at once, silently leaving every cell on the slow path).
       const resourceLimits = limited ? { maxOldGenerationSizeMb: 16, maxYoungGenerationSizeMb: 2, stackSizeMb: 1 } : { stackSizeMb: 1 };
       worker = new Worker(source, { eval: true, workerData: hold.buffer, stdout: true, stderr: true, resourceLimits });
