@@ -880,6 +880,25 @@ def interrupt_with_the_watchdog_held(lang):
 
 
 @test("javascript")
+def settled_once_the_watchdog_is_held(lang):
+    """The driver says when what it starts after its ready line (the watchdog worker) is over:
+    the warm pool polls `__sandpit_driver__.settled` before it hands a sandbox out. Once it
+    is true, the worker holds the watchdog (no SIGINT listener left)."""
+    s = session(lang)
+    settled = False
+    for _ in range(150):
+        r = run(s, "globalThis.__sandpit_driver__.settled")
+        if r["response"]["result"] is True:
+            settled = True
+            break
+        check(r["response"]["result"] is False, "settled is a boolean until then", r)
+        time.sleep(0.02)
+    check(settled, "settled within 3 s", r)
+    r = run(s, "await new Promise((r) => setImmediate(r)); result = process.listenerCount('SIGINT')")
+    check(r["response"]["result"] == 0, "settled means the worker holds the watchdog", r)
+
+
+@test("javascript")
 def interrupt_while_the_worker_comes_up(lang):
     """An interrupt soon after the driver starts, while its watchdog worker comes up and takes
     over SIGINT, still ends the cell (a promise wait and a loop), in any phase of the hand-over.

@@ -396,6 +396,54 @@ fn the_warm_pool_hands_out_fresh_isolated_sandboxes() {
     });
 }
 
+/// A pooled JavaScript sandbox is handed out idle: the driver's SIGINT-watchdog worker, which
+/// starts after the ready line, already holds the watchdog (no SIGINT listener is left), so its
+/// start does not compete with the session's first cells (`Session::settle`).
+#[test]
+fn the_warm_pool_hands_out_settled_javascript_sandboxes() {
+    rt().block_on(async {
+        let state = tempfile_dir("pool-js");
+        let mut policy = common::policy();
+        policy.state_dir = state.display().to_string();
+        policy.pool.size = 1;
+        policy.pool.languages = vec![Language::Javascript];
+        let m = manager_with(
+            policy,
+            ManagerConfig {
+                warm_pool: true,
+                ..Default::default()
+            },
+        )
+        .await;
+        // Polled closely: the moment the pool counts the sandbox as ready is what is checked.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while m.pool_stats().map(|p| p.ready) != Some(1) {
+            assert!(std::time::Instant::now() < deadline, "the pool never filled");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let r = m
+            .execute(
+                req(
+                    Language::Javascript,
+                    "await new Promise((r) => setImmediate(r)); result = [process.env.SANDPIT_SESSION_ID, process.listenerCount('SIGINT')]",
+                    Some("j1"),
+                    "alice",
+                ),
+                None,
+            )
+            .await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        assert_eq!(m.pool_stats().unwrap().hits, 1);
+        assert_eq!(
+            r.result,
+            Some(serde_json::json!(["j1", 0])),
+            "the pooled sandbox's watchdog worker had not taken over: {r:?}"
+        );
+        m.shutdown().await;
+        let _ = std::fs::remove_dir_all(&state);
+    });
+}
+
 /// A fresh directory of this test's own under the system temp directory.
 fn tempfile_dir(tag: &str) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!(

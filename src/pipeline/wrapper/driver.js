@@ -177,6 +177,10 @@
     caught: undefined,
     input: undefined,
     missing: MISSING,
+    // True once the SIGINT watchdog is held (or it will not be): the worker's start, tens of
+    // ms of CPU after the ready line, is over. The warm pool waits for it (Session::settle)
+    // so that a sandbox it hands out is idle.
+    settled: false,
     run() {
       session.post(
         'Runtime.evaluate',
@@ -655,10 +659,14 @@
   // SIGINT libuv has queued for the listener when the listener goes is lost. If the worker
   // does not come up, the listener comes back and cells keep working, only slower.
   function holdWatchdog(limited = true) {
+    const settle = () => {
+      hook.settled = true;
+    };
     let Worker;
     try {
       ({ Worker } = require('worker_threads'));
     } catch {
+      settle();
       return;
     }
     const hold = new Int32Array(new SharedArrayBuffer(12)); // [go, holding, never set]
@@ -701,6 +709,7 @@
       const resourceLimits = limited ? { maxOldGenerationSizeMb: 16, maxYoungGenerationSizeMb: 2, stackSizeMb: 1 } : { stackSizeMb: 1 };
       worker = new Worker(source, { eval: true, workerData: hold.buffer, stdout: true, stderr: true, resourceLimits });
     } catch {
+      settle();
       return;
     }
     worker.unref();
@@ -713,6 +722,7 @@
     worker.on('exit', () => {
       if (process.listenerCount('SIGINT') === 0) process.on('SIGINT', onSigint);
       if (outOfMemory && limited) holdWatchdog(false);
+      else settle();
     });
     // Between cells only: a SIGINT that libuv has queued for the listener when the listener
     // goes is lost, which between cells is what would happen to it anyway.
@@ -735,6 +745,7 @@
         worker.terminate();
         process.on('SIGINT', onSigint);
       }
+      settle();
     }
     worker.on('message', (at) => {
       const cell = current;
