@@ -547,6 +547,7 @@ impl Session {
         if let Some(r) = self.running.take() {
             r.control.kill();
             let _ = tokio::time::timeout(Duration::from_secs(2), r.control.wait()).await;
+            crate::util::timing::mark("sandbox removal: kill and wait");
             r.control.shutdown().await;
             tracing::info!(session = %self.id, "session killed");
         }
