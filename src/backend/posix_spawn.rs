@@ -88,47 +88,34 @@ fn check(what: &str, rc: libc::c_int) -> io::Result<()> {
     }
 }
 
-/// `posix_spawn_file_actions_t`, destroyed on drop.
-struct FileActions(libc::posix_spawn_file_actions_t);
+/// A libc spawn object (`posix_spawn_file_actions_t`, `posix_spawnattr_t`): initialised by
+/// its `init` function in storage of its own, destroyed on drop.
+struct SpawnObject<T> {
+    inner: Box<T>,
+    destroy: unsafe extern "C" fn(*mut T) -> libc::c_int,
+}
 
-impl FileActions {
-    fn new() -> io::Result<Box<FileActions>> {
-        // SAFETY: an all-zero posix_spawn_file_actions_t is a valid place for init to write.
-        let mut fa = Box::new(FileActions(unsafe { std::mem::zeroed() }));
+impl<T> SpawnObject<T> {
+    /// # Safety
+    /// `T` is a plain C structure for which all-zero bytes are valid storage, and `init` and
+    /// `destroy` are its libc initialiser and destructor.
+    unsafe fn new(
+        what: &str,
+        init: unsafe extern "C" fn(*mut T) -> libc::c_int,
+        destroy: unsafe extern "C" fn(*mut T) -> libc::c_int,
+    ) -> io::Result<SpawnObject<T>> {
+        // SAFETY: all-zero bytes are valid storage for T (the caller's promise).
+        let mut inner: Box<T> = Box::new(unsafe { std::mem::zeroed() });
         // SAFETY: init on our own, not yet initialised structure.
-        check("posix_spawn_file_actions_init", unsafe {
-            libc::posix_spawn_file_actions_init(&mut fa.0)
-        })?;
-        Ok(fa)
+        check(what, unsafe { init(&mut *inner) })?;
+        Ok(SpawnObject { inner, destroy })
     }
 }
 
-impl Drop for FileActions {
+impl<T> Drop for SpawnObject<T> {
     fn drop(&mut self) {
         // SAFETY: initialised in `new`, destroyed once.
-        unsafe { libc::posix_spawn_file_actions_destroy(&mut self.0) };
-    }
-}
-
-/// `posix_spawnattr_t`, destroyed on drop.
-struct Attributes(libc::posix_spawnattr_t);
-
-impl Attributes {
-    fn new() -> io::Result<Box<Attributes>> {
-        // SAFETY: an all-zero posix_spawnattr_t is a valid place for init to write.
-        let mut at = Box::new(Attributes(unsafe { std::mem::zeroed() }));
-        // SAFETY: init on our own, not yet initialised structure.
-        check("posix_spawnattr_init", unsafe {
-            libc::posix_spawnattr_init(&mut at.0)
-        })?;
-        Ok(at)
-    }
-}
-
-impl Drop for Attributes {
-    fn drop(&mut self) {
-        // SAFETY: initialised in `new`, destroyed once.
-        unsafe { libc::posix_spawnattr_destroy(&mut self.0) };
+        unsafe { (self.destroy)(&mut *self.inner) };
     }
 }
 
@@ -161,8 +148,15 @@ pub fn spawn(request: &Request<'_>) -> io::Result<Child> {
     let mut env_ptrs: Vec<*mut libc::c_char> = env.iter().map(|e| e.as_ptr() as *mut _).collect();
     env_ptrs.push(std::ptr::null_mut());
 
-    let mut actions = FileActions::new()?;
-    let fa = &mut actions.0;
+    // SAFETY: the file actions type is a plain C structure; these are its init and destroy.
+    let mut actions = unsafe {
+        SpawnObject::new(
+            "posix_spawn_file_actions_init",
+            libc::posix_spawn_file_actions_init,
+            libc::posix_spawn_file_actions_destroy,
+        )
+    }?;
+    let fa = &mut *actions.inner;
     // SAFETY: (this block) each call appends an action to our initialised `fa`; glibc copies
     // the path strings it is given (open, chdir), and the descriptors are open in this
     // process (the caller owns them) until the spawn returns.
@@ -199,8 +193,15 @@ pub fn spawn(request: &Request<'_>) -> io::Result<Child> {
         }
     }
 
-    let mut attributes = Attributes::new()?;
-    let at = &mut attributes.0;
+    // SAFETY: the attributes type is a plain C structure; these are its init and destroy.
+    let mut attributes = unsafe {
+        SpawnObject::new(
+            "posix_spawnattr_init",
+            libc::posix_spawnattr_init,
+            libc::posix_spawnattr_destroy,
+        )
+    }?;
+    let at = &mut *attributes.inner;
     // SAFETY: (this block) sigset operations on local, initialised sets; attribute setters on
     // our initialised `at`, which copy the sets.
     unsafe {
@@ -236,8 +237,8 @@ pub fn spawn(request: &Request<'_>) -> io::Result<Child> {
         libc::posix_spawn(
             &mut pid,
             path.as_ptr(),
-            &actions.0,
-            &attributes.0,
+            &*actions.inner,
+            &*attributes.inner,
             argv_ptrs.as_ptr(),
             env_ptrs.as_ptr(),
         )
