@@ -25,6 +25,9 @@ export RUST_BACKTRACE=0
 need=()
 [ -x /usr/bin/python3 ] || need+=(python3)
 [ -x /usr/bin/node ] || need+=(nodejs)
+# npm installs the clients of the MCP TypeScript SDK and OpenAPI-generator tests (NodeSource's
+# nodejs carries it; Debian's packages it apart).
+command -v npm >/dev/null || need+=(npm)
 [ -x /bin/bash ] || need+=(bash)
 command -v unshare >/dev/null && command -v runuser >/dev/null || need+=(util-linux)
 if is_root; then
