@@ -277,6 +277,8 @@ pub struct Report {
     /// use ([`BWRAP_ARGS`]), when `bwrap` is installed: what a one-shot sandbox costs elsewhere.
     pub bwrap_python_pass: Option<Stats>,
     pub backends: Vec<BackendFigures>,
+    /// The start-up targets checked against the figures above (those this run measured).
+    pub targets: Vec<super::bench_targets::TargetCheck>,
 }
 
 /// bubblewrap's arguments before the interpreter, as the Codex and Anthropic sandboxes use it.
@@ -947,14 +949,16 @@ pub async fn bench(args: BenchArgs, policy: Policy) -> ExitCode {
         None => None,
     };
     let bwrap_python_pass = bwrap_baseline(&policy, args.cold);
-    let report = Report {
+    let mut report = Report {
         baselines,
         pipeline,
         mcp,
         docker_baseline,
         bwrap_python_pass,
         backends,
+        targets: Vec::new(),
     };
+    report.targets = super::bench_targets::check(&report);
     if args.json {
         println!(
             "{}",
@@ -1089,6 +1093,7 @@ pub async fn bench(args: BenchArgs, policy: Policy) -> ExitCode {
             println!("    {:8.3}  {}", s.p50_ms, s.stage);
         }
     }
+    super::bench_targets::print(&report.targets);
     ExitCode::SUCCESS
 }
 

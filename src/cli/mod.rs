@@ -3,6 +3,7 @@
 
 mod approve;
 mod bench;
+mod bench_targets;
 mod doctor;
 mod image;
 mod outputs;

@@ -552,6 +552,25 @@ fn bench_compares_with_bubblewrap_and_breaks_the_one_shot_run_down() {
     ] {
         assert!(names.contains(&stage), "{names:?}");
     }
+    // The start-up targets, checked against this run's own figures.
+    let targets = v["targets"].as_array().expect("targets");
+    for t in targets {
+        let (measured, limit) = (
+            t["measured"].as_f64().unwrap(),
+            t["limit"].as_f64().unwrap(),
+        );
+        assert!(measured > 0.0, "{t}");
+        assert_eq!(t["met"].as_bool(), Some(measured <= limit), "{t}");
+    }
+    let named = |prefix: &str| {
+        targets
+            .iter()
+            .any(|t| t["target"].as_str().unwrap_or("").starts_with(prefix))
+    };
+    if b == "linux" {
+        assert!(named("pooled python session start on linux"), "{v}");
+        assert!(named("warm bash cell on linux"), "{v}");
+    }
     let bwrap_runs = Command::new("bwrap")
         .args(["--ro-bind", "/", "/", "--unshare-all", "/bin/true"])
         .status()
@@ -561,6 +580,7 @@ fn bench_compares_with_bubblewrap_and_breaks_the_one_shot_run_down() {
             v["bwrap_python_pass"]["p50_ms"].as_f64().unwrap() > 0.0,
             "{v}"
         );
+        assert_eq!(b == "linux", named("one-shot `-b linux"), "{v}");
     } else if std::env::var_os("CI").is_some() && is_root() {
         panic!("CI=true as root: bubblewrap should be installed and run here (tests/run-all.sh installs it)");
     } else {
