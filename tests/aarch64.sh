@@ -140,6 +140,8 @@ needs_process_vm_readv=(
 needs_vfork=(
   # a command tool that does not exist must fail to spawn (not start and exit 127)
   pipeline::tools::program::tests::limits_end_it
+  # posix_spawn of a path that does not exist must return the error (not start and exit 127)
+  backend::posix_spawn::tests::a_failed_exec_is_an_error_not_a_child
 )
 skips=()
 for syscall in openat2 process_vm_readv vfork; do

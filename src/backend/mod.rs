@@ -17,6 +17,8 @@ pub mod docker;
 pub mod linux;
 #[cfg(unix)]
 pub mod macos;
+#[cfg(target_os = "linux")]
+pub mod posix_spawn;
 pub mod pty_spawn;
 #[cfg(unix)]
 pub mod session_dirs;

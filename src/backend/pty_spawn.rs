@@ -123,46 +123,21 @@ pub fn spawn_on(
     let (err_r, err_w) = pipe_high()?;
     let (req_r, req_w) = pipe_high()?;
     let (resp_r, resp_w) = pipe_high()?;
-    let (req_fd, resp_fd) = (req_r.as_raw_fd(), resp_w.as_raw_fd());
-    let mut cmd = pty_process::Command::new(&program.path)
-        .args(&program.args)
-        .env_clear()
-        .envs(program.env.iter().map(|(k, v)| (k, v)))
-        .stderr(std::process::Stdio::from(err_w))
-        .kill_on_drop(true);
-    if let Some(cwd) = &program.cwd {
-        cmd = cmd.current_dir(cwd);
-    }
-    let rlimits = pre_exec.rlimits;
-    // SAFETY: the closure only calls dup2, signal and setrlimit (async-signal-safe) and
-    // allocates nothing: it iterates a vector it owns, and `Resource::set` on a supported
-    // resource (checked above) is one setrlimit call whose error is the OS error, unboxed. The
-    // descriptors stay open in the parent until spawn returns; both are >= 10, so neither dup2
-    // overwrites the other's source.
-    let cmd = unsafe {
-        cmd.pre_exec(move || {
-            if libc::dup2(req_fd, 3) < 0 || libc::dup2(resp_fd, 4) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // An ignored SIGINT survives exec: a sandpit started in the background of a shell
-            // (which ignores SIGINT for it) would hand that on, and interrupts would not reach
-            // the code. The session's interrupt is SIGINT, so it starts at the default.
-            libc::signal(libc::SIGINT, libc::SIG_DFL);
-            libc::signal(libc::SIGQUIT, libc::SIG_DFL);
-            for (resource, value) in &rlimits {
-                resource.set(*value, *value)?;
-            }
-            Ok(())
-        })
+    #[cfg(target_os = "linux")]
+    let vfork = pre_exec.rlimits.is_empty()
+        && program.path.is_absolute()
+        && super::posix_spawn::available();
+    #[cfg(not(target_os = "linux"))]
+    let vfork = false;
+    let mut child = if vfork {
+        spawn_without_fork(&program, pts, err_w, &req_r, &resp_w)?
+    } else {
+        spawn_with_fork(&program, pts, err_w, pre_exec, &req_r, &resp_w)?
     };
-    let mut child = cmd
-        .spawn(pts)
-        .map_err(|e| Error::sandbox(format!("spawn {}: {e}", program.path.display())))?;
+    // The child's ends (and the terminal and stderr, gone with the spawn above) are closed
+    // here, so that EOF on the channels means the sandbox has gone.
     drop((req_r, resp_w));
-    let pgid = child
-        .id()
-        .map(|p| p as i32)
-        .ok_or_else(|| Error::sandbox("the sandbox exited at once"))?;
+    let pgid = child.id()?;
     if let Some(place) = extras.place.take() {
         if let Err(e) = place(pgid) {
             let _ = child.start_kill();
@@ -198,8 +173,132 @@ pub fn spawn_on(
     })
 }
 
+/// The session's first process, however it was started.
+enum Child {
+    /// Through `fork` (pty-process, tokio): where a resource limit must be set in the child,
+    /// or the kernel has no pidfd.
+    Forked(tokio::process::Child),
+    /// Through `posix_spawn`, without copying the host (see [`super::posix_spawn`]).
+    #[cfg(target_os = "linux")]
+    Spawned(super::posix_spawn::Child),
+}
+
+impl Child {
+    /// The pid, which is also the process group and session id.
+    fn id(&self) -> Result<i32> {
+        match self {
+            Child::Forked(c) => c
+                .id()
+                .map(|p| p as i32)
+                .ok_or_else(|| Error::sandbox("the sandbox exited at once")),
+            #[cfg(target_os = "linux")]
+            Child::Spawned(c) => Ok(c.id()),
+        }
+    }
+
+    fn start_kill(&mut self) -> std::io::Result<()> {
+        match self {
+            Child::Forked(c) => c.start_kill(),
+            #[cfg(target_os = "linux")]
+            Child::Spawned(c) => c.start_kill(),
+        }
+    }
+
+    async fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        match self {
+            Child::Forked(c) => c.wait().await,
+            #[cfg(target_os = "linux")]
+            Child::Spawned(c) => c.wait().await,
+        }
+    }
+}
+
+/// The fork path: pty-process makes the child a session leader on the terminal; `pre_exec`
+/// adds the session channels, the signal defaults and the resource limits.
+fn spawn_with_fork(
+    program: &Program,
+    pts: pty_process::Pts,
+    err_w: OwnedFd,
+    pre_exec: PreExec,
+    req_r: &OwnedFd,
+    resp_w: &OwnedFd,
+) -> Result<Child> {
+    let (req_fd, resp_fd) = (req_r.as_raw_fd(), resp_w.as_raw_fd());
+    let mut cmd = pty_process::Command::new(&program.path)
+        .args(&program.args)
+        .env_clear()
+        .envs(program.env.iter().map(|(k, v)| (k, v)))
+        .stderr(std::process::Stdio::from(err_w))
+        .kill_on_drop(true);
+    if let Some(cwd) = &program.cwd {
+        cmd = cmd.current_dir(cwd);
+    }
+    let rlimits = pre_exec.rlimits;
+    // SAFETY: the closure only calls dup2, signal and setrlimit (async-signal-safe) and
+    // allocates nothing: it iterates a vector it owns, and `Resource::set` on a supported
+    // resource (checked by `spawn_on`) is one setrlimit call whose error is the OS error,
+    // unboxed. The descriptors stay open in the parent until spawn returns; both are >= 10, so
+    // neither dup2 overwrites the other's source.
+    let cmd = unsafe {
+        cmd.pre_exec(move || {
+            if libc::dup2(req_fd, 3) < 0 || libc::dup2(resp_fd, 4) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // An ignored SIGINT survives exec: a sandpit started in the background of a shell
+            // (which ignores SIGINT for it) would hand that on, and interrupts would not reach
+            // the code. The session's interrupt is SIGINT, so it starts at the default.
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGQUIT, libc::SIG_DFL);
+            for (resource, value) in &rlimits {
+                resource.set(*value, *value)?;
+            }
+            Ok(())
+        })
+    };
+    cmd.spawn(pts)
+        .map(Child::Forked)
+        .map_err(|e| Error::sandbox(format!("spawn {}: {e}", program.path.display())))
+}
+
+/// The posix_spawn path (Linux with pidfds): the same child without copying the host.
+/// Consumes the terminal and the stderr end, as the fork path does.
+#[cfg(target_os = "linux")]
+fn spawn_without_fork(
+    program: &Program,
+    pts: pty_process::Pts,
+    err_w: OwnedFd,
+    req_r: &OwnedFd,
+    resp_w: &OwnedFd,
+) -> Result<Child> {
+    let terminal = nix::unistd::ttyname(&pts)
+        .map_err(|e| Error::sandbox(format!("name the session terminal: {e}")))?;
+    super::posix_spawn::spawn(&super::posix_spawn::Request {
+        path: &program.path,
+        args: &program.args,
+        env: &program.env,
+        cwd: program.cwd.as_deref(),
+        terminal: &terminal,
+        stderr: err_w.as_raw_fd(),
+        requests: req_r.as_raw_fd(),
+        responses: resp_w.as_raw_fd(),
+    })
+    .map(Child::Spawned)
+    .map_err(|e| Error::sandbox(format!("spawn {}: {e}", program.path.display())))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn spawn_without_fork(
+    _: &Program,
+    _: pty_process::Pts,
+    _: OwnedFd,
+    _: &OwnedFd,
+    _: &OwnedFd,
+) -> Result<Child> {
+    unreachable!("posix_spawn is used on Linux only")
+}
+
 struct PtyControl {
-    child: tokio::sync::Mutex<tokio::process::Child>,
+    child: tokio::sync::Mutex<Child>,
     pgid: i32,
     /// The terminal's slave side, for flushing its input.
     pts: OwnedFd,

@@ -272,6 +272,7 @@ pub fn main() -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     }
+    crate::util::timing::mark("log redaction");
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -283,7 +284,7 @@ pub fn main() -> ExitCode {
             return ExitCode::from(EXIT_SANDPIT_FAILURE);
         }
     };
-    crate::util::timing::mark("log redaction and async runtime");
+    crate::util::timing::mark("async runtime");
     match cli.command {
         Command::Run(args) => runtime.block_on(run::run(args, policy)),
         Command::Repl { language, backend } => {

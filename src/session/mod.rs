@@ -354,6 +354,35 @@ impl Session {
         true
     }
 
+    /// Waits, up to a second, until the interpreter has finished what its driver starts after
+    /// the ready line: the JavaScript driver's SIGINT-watchdog worker (tens of ms of CPU, a
+    /// Node isolate of its own). The warm pool calls it before it counts a sandbox as ready,
+    /// so that the sandbox it hands out is idle rather than competing with its first cell.
+    /// Polls a flag of the driver with trivial cells; gives up quietly (the session works
+    /// either way, its cells only slower while the worker starts).
+    pub async fn settle(&mut self) {
+        let javascript_on_node = self.spec.language == Language::Javascript
+            && self.backend.kind() != crate::backend::BackendKind::Wasi;
+        if !javascript_on_node {
+            return;
+        }
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < deadline {
+            let probe = self
+                .execute(
+                    "globalThis.__sandpit_driver__.settled",
+                    ExecOptions::with_timeout(Duration::from_secs(1)),
+                )
+                .await;
+            match probe {
+                Ok(r) if r.result == Some(serde_json::Value::Bool(true)) => return,
+                Ok(r) if r.status == Status::Ok => {}
+                _ => return,
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
     /// Redacts this session's output streams from now on.
     pub fn set_redactor(&mut self, redactor: Arc<Redactor>) {
         self.redactor = redactor;
@@ -518,6 +547,7 @@ impl Session {
         if let Some(r) = self.running.take() {
             r.control.kill();
             let _ = tokio::time::timeout(Duration::from_secs(2), r.control.wait()).await;
+            crate::util::timing::mark("sandbox removal: kill and wait");
             r.control.shutdown().await;
             tracing::info!(session = %self.id, "session killed");
         }

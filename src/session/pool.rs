@@ -182,6 +182,9 @@ impl WarmPool {
                         // One cell of sandpit's own warms the driver's first-cell paths up, so
                         // the handout's cell costs what a warm cell costs.
                         let warmed = session.adopt(&pool_id).await;
+                        // What the driver starts after its ready line is over before the
+                        // sandbox counts as ready: a handout then finds it idle.
+                        session.settle().await;
                         if pool.closed.load(Ordering::SeqCst) || !warmed {
                             session.kill().await;
                             pool.starting.fetch_sub(1, Ordering::SeqCst);

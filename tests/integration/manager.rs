@@ -284,18 +284,46 @@ fn idle_sessions_expire_and_shutdown_leaves_nothing() {
     });
 }
 
-/// Waits until the warm pool holds `n` ready sandboxes.
+/// Waits (up to 30 s) until the warm pool holds `n` ready sandboxes.
 async fn pool_ready(m: &SessionManager, n: usize) {
-    for _ in 0..600 {
+    pool_ready_polled(m, n, Duration::from_millis(50)).await
+}
+
+/// [`pool_ready`], looking every `every`.
+async fn pool_ready_polled(m: &SessionManager, n: usize, every: Duration) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::time::Instant::now() < deadline {
         if m.pool_stats().map(|p| p.ready) == Some(n) {
             return;
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(every).await;
     }
     panic!(
         "the pool never held {n} ready sandboxes: {:?}",
         m.pool_stats()
     );
+}
+
+/// A manager with a warm pool of one `language` sandbox, its state in a fresh directory of
+/// its own (returned, for the caller to inspect and remove).
+async fn pooled_manager(
+    tag: &str,
+    language: Language,
+) -> (Arc<SessionManager>, std::path::PathBuf) {
+    let state = tempfile_dir(tag);
+    let mut policy = common::policy();
+    policy.state_dir = state.display().to_string();
+    policy.pool.size = 1;
+    policy.pool.languages = vec![language];
+    let m = manager_with(
+        policy,
+        ManagerConfig {
+            warm_pool: true,
+            ..Default::default()
+        },
+    )
+    .await;
+    (m, state)
 }
 
 /// The warm pool hands each new session (and one-shot call) a sandbox of its own, labelled
@@ -304,19 +332,7 @@ async fn pool_ready(m: &SessionManager, n: usize) {
 #[test]
 fn the_warm_pool_hands_out_fresh_isolated_sandboxes() {
     rt().block_on(async {
-        let state = tempfile_dir("pool");
-        let mut policy = common::policy();
-        policy.state_dir = state.display().to_string();
-        policy.pool.size = 1;
-        policy.pool.languages = vec![Language::Python];
-        let m = manager_with(
-            policy,
-            ManagerConfig {
-                warm_pool: true,
-                ..Default::default()
-            },
-        )
-        .await;
+        let (m, state) = pooled_manager("pool", Language::Python).await;
         pool_ready(&m, 1).await;
         let r = m
             .execute(
@@ -392,6 +408,38 @@ fn the_warm_pool_hands_out_fresh_isolated_sandboxes() {
                 .unwrap_or_default();
             assert!(left.is_empty(), "sandboxes left behind: {left:?}");
         }
+        let _ = std::fs::remove_dir_all(&state);
+    });
+}
+
+/// A pooled JavaScript sandbox is handed out idle: the driver's SIGINT-watchdog worker, which
+/// starts after the ready line, already holds the watchdog (no SIGINT listener is left), so its
+/// start does not compete with the session's first cells (`Session::settle`).
+#[test]
+fn the_warm_pool_hands_out_settled_javascript_sandboxes() {
+    rt().block_on(async {
+        let (m, state) = pooled_manager("pool-js", Language::Javascript).await;
+        // Polled closely: the moment the pool counts the sandbox as ready is what is checked.
+        pool_ready_polled(&m, 1, Duration::from_millis(1)).await;
+        let r = m
+            .execute(
+                req(
+                    Language::Javascript,
+                    "await new Promise((r) => setImmediate(r)); result = [process.env.SANDPIT_SESSION_ID, process.listenerCount('SIGINT')]",
+                    Some("j1"),
+                    "alice",
+                ),
+                None,
+            )
+            .await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        assert_eq!(m.pool_stats().unwrap().hits, 1);
+        assert_eq!(
+            r.result,
+            Some(serde_json::json!(["j1", 0])),
+            "the pooled sandbox's watchdog worker had not taken over: {r:?}"
+        );
+        m.shutdown().await;
         let _ = std::fs::remove_dir_all(&state);
     });
 }

@@ -636,8 +636,12 @@ fn mcp_exits_cleanly_when_stdin_closes_before_initialize() {
 }
 
 /// A python with the official MCP SDK: `SANDPIT_MCP_PYTHON`, `/usr/bin/python3` if it has it,
-/// else a venv under the target directory (created once with `pip install mcp`).
+/// else a venv under the target directory (created once with `pip install mcp`). Serialized: the
+/// three tests that call it run in parallel, and two `pip install`s into one venv, or an import
+/// while pip is still writing, fail at random.
 pub(crate) fn python_with_mcp_sdk() -> Result<PathBuf, String> {
+    static INSTALLING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _serial = INSTALLING.lock().unwrap_or_else(|e| e.into_inner());
     let has_sdk = |py: &Path| {
         Command::new(py)
             .args(["-c", "import mcp.client.stdio"])
@@ -987,7 +991,9 @@ fn mcp_official_typescript_sdk_client() {
 /// Runs [`TS_SDK_CLIENT`] with `args` (its transport and where to reach the server) and asserts
 /// that every call it made passed its checks.
 pub(crate) fn run_typescript_sdk_client(dir: &Path, args: &[&str]) {
-    let script = dir.join("client.mjs");
+    // One script per transport: the stdio and HTTP tests run in parallel in the same directory,
+    // and one must not truncate the file the other's node is reading.
+    let script = dir.join(format!("client-{}.mjs", args[0]));
     std::fs::write(&script, TS_SDK_CLIENT).unwrap();
     let out = Command::new("/usr/bin/node")
         .arg(&script)

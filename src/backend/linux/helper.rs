@@ -224,24 +224,11 @@ pub fn main(plan_json: &str) -> ! {
     let arch = seccomp::native_arch().unwrap_or_else(|e| fail(Step::Seccomp, e));
     let filters = seccomp::compile(arch, plan.seccomp).unwrap_or_else(|e| fail(Step::Seccomp, e));
 
-    // 2. cgroup (root): the host is moving us into the session's memory/pids/cpu cgroups; wait
-    //    for its one-byte "go" on fd 3 before anything forks, so every descendant is counted.
-    if plan.wait_for_placement {
-        let mut go = [0u8; 1];
-        // SAFETY: reading one byte from fd 3 (the request pipe) into a local buffer.
-        let n = unsafe { libc::read(3, go.as_mut_ptr().cast(), 1) };
-        if n != 1 {
-            fail(
-                Step::Cgroup,
-                "the host did not confirm the cgroup placement",
-            );
-        }
-    }
-
-    mark("helper: set-up, seccomp compile and cgroup placement");
-    // 3. Namespaces. Unprivileged, the user namespace comes first (unshare handles it first) and
-    //    grants the capabilities the mounts need; we map only our own uid and gid, so nothing
-    //    inside is root on the host and files in the workspace keep their owner.
+    // 2. Namespaces, while the host is still placing us in the session's cgroups (as root on
+    //    cgroup v1 that waits for an RCU grace period): unsharing forks nothing, so it need not
+    //    wait for the placement. Unprivileged, the user namespace comes first (unshare handles
+    //    it first) and grants the capabilities the mounts need; we map only our own uid and
+    //    gid, so nothing inside is root on the host and files in the workspace keep their owner.
     let ns = plan.namespaces;
     let mut flags = CloneFlags::empty();
     for (on, f) in [
@@ -270,7 +257,22 @@ pub fn main(plan_json: &str) -> ! {
         write("/proc/self/gid_map", format!("{gid} {gid} 1"));
     }
 
-    mark("helper: namespaces");
+    mark("helper: set-up, seccomp compile and namespaces");
+    // 3. cgroup (root): the host is moving us into the session's memory/pids/cpu cgroups; wait
+    //    for its one-byte "go" on fd 3 before anything forks, so every descendant is counted.
+    if plan.wait_for_placement {
+        let mut go = [0u8; 1];
+        // SAFETY: reading one byte from fd 3 (the request pipe) into a local buffer.
+        let n = unsafe { libc::read(3, go.as_mut_ptr().cast(), 1) };
+        if n != 1 {
+            fail(
+                Step::Cgroup,
+                "the host did not confirm the cgroup placement",
+            );
+        }
+    }
+
+    mark("helper: cgroup placement");
     // 4. PID namespace: only children enter it. The parent stays outside as a plain waiter that
     //    reports the exit status; the child becomes PID 1, whose exit kills everything inside.
     if ns.pid {

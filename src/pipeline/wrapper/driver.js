@@ -94,8 +94,21 @@
   const requestFd = reopen(3, fs.constants.O_RDONLY);
   const responseFd = reopen(4, fs.constants.O_WRONLY);
 
-  function writeAll(fd, data) {
-    const buf = typeof data === 'string' ? Buffer.from(data) : data;
+  // A string is written as it is (node encodes it straight into the write, no Buffer made:
+  // this runs three times a cell); a short write (or EAGAIN) goes on with a Buffer of the rest.
+  // `size`: the string's length in UTF-8 bytes, when the caller knows it.
+  function writeAll(fd, data, size) {
+    if (typeof data === 'string') {
+      let n = 0;
+      try {
+        n = fs.writeSync(fd, data);
+      } catch (e) {
+        if (e.code !== 'EAGAIN') throw e;
+      }
+      if (n === (size === undefined ? Buffer.byteLength(data) : size)) return;
+      data = Buffer.from(data).subarray(n);
+    }
+    const buf = data;
     let off = 0;
     while (off < buf.length) {
       try {
@@ -122,6 +135,15 @@
     if (Array.isArray(value) || typeof value.toJSON === 'function') return true;
     const proto = Object.getPrototypeOf(value);
     return proto === Object.prototype || proto === null;
+  }
+
+  // Whether util.inspect() is still node's own with colours and numeric separators off (a cell
+  // may change either), so that a number or a boolean is inspected as `${value}`.
+  const nodeInspect = util.inspect;
+  function plainInspect() {
+    if (util.inspect !== nodeInspect) return false;
+    const d = nodeInspect.defaultOptions;
+    return !d.colors && !d.numericSeparator;
   }
 
   function toJSON(value) {
@@ -155,6 +177,10 @@
     caught: undefined,
     input: undefined,
     missing: MISSING,
+    // True once the SIGINT watchdog is held (or it will not be): the worker's start, tens of
+    // ms of CPU after the ready line, is over. The warm pool waits for it (Session::settle)
+    // so that a sandbox it hands out is idle.
+    settled: false,
     run() {
       session.post(
         'Runtime.evaluate',
@@ -171,13 +197,16 @@
   };
   Object.defineProperty(globalThis, '__sandpit_driver__', { value: hook });
   const runner = new vm.Script('__sandpit_driver__.run()', { filename: 'sandpit-driver' });
-  const resultProbe = new vm.Script("typeof result === 'undefined' ? __sandpit_driver__.missing : result", { filename: 'sandpit-driver' });
+  // A function made by a script, so that `result` in it is looked up in the global scope, as
+  // in a cell (a global, or a let/const of a REPL-mode cell): calling it costs far less than a
+  // vm run of a script, twice a cell.
+  const resultProbe = new vm.Script("(function (missing) { return typeof result === 'undefined' ? missing : result; })", { filename: 'sandpit-driver' }).runInThisContext();
 
   // The current value of `result`, wherever it is declared (a global, or a let/const of a
   // cell), or MISSING; `typeof` does not throw for a name that does not exist.
   function readResult() {
     try {
-      return resultProbe.runInThisContext();
+      return resultProbe(MISSING);
     } catch {
       return MISSING; // a let result still in its temporal dead zone
     }
@@ -258,6 +287,8 @@
   }
 
   const INTERRUPTED = 'ERR_SCRIPT_EXECUTION_INTERRUPTED';
+  const RUN_CELL = Object.freeze({ breakOnSigint: true, displayErrors: false });
+  const RUN_BREAKABLE = Object.freeze({ breakOnSigint: true });
   const lexicalDeclaration = /\b(?:let|const|class)\b/;
   const cellFrame = /\n\s+at .*\bcell-\d+:\d+:\d+/;
 
@@ -292,7 +323,7 @@
       }
       if (script !== null) {
         try {
-          cell.value = script.runInThisContext({ breakOnSigint: true, displayErrors: false });
+          cell.value = script.runInThisContext(RUN_CELL);
           // Let what the cell queued (ticks, rejection reports) run before its end marker.
           setImmediate(finish, cell, 'ok', 0, null);
           return;
@@ -311,7 +342,7 @@
     hook.code = `${code}\n//# sourceURL=${name}`;
     hook.callback = (err, res) => evaluated(cell, err, res, code, name);
     try {
-      runner.runInThisContext({ breakOnSigint: true });
+      runner.runInThisContext(RUN_BREAKABLE);
     } catch (e) {
       if (e && e.code === INTERRUPTED) finish(cell, 'interrupted', 130, null);
       else finish(cell, 'error', 1, describe(e));
@@ -407,35 +438,46 @@
     } else if (cell.value !== MISSING && cell.value !== undefined && status === 'ok') {
       // The cell's completion value, as the REPL echoes it: JSON where it can be, else its
       // util.inspect() text; that text also goes in outputs as text/plain.
-      let text = wellFormed(safe(() => util.inspect(cell.value), String(typeof cell.value)));
-      if (text.length > MAX_VALUE_TEXT) {
-        text = `${text.slice(0, MAX_VALUE_TEXT)}... [${text.length - MAX_VALUE_TEXT} characters dropped]`;
+      const value = cell.value;
+      let text;
+      if ((typeof value === 'number' || typeof value === 'boolean') && plainInspect()) {
+        // What util.inspect() gives for these with its default options, without its machinery
+        // (a cell like `x += 1` ends with a number): -0 is '-0'; JSON has '0' for it.
+        text = Object.is(value, -0) ? '-0' : `${value}`;
+        result = typeof value === 'boolean' || Number.isFinite(value) ? `${value}` : JSON.stringify(text);
+      } else {
+        text = wellFormed(safe(() => util.inspect(value), String(typeof value)));
+        if (text.length > MAX_VALUE_TEXT) {
+          text = `${text.slice(0, MAX_VALUE_TEXT)}... [${text.length - MAX_VALUE_TEXT} characters dropped]`;
+        }
+        let json;
+        try {
+          json = plainData(value) ? toJSON(value) : undefined;
+        } catch {
+          json = undefined;
+        }
+        result = json === undefined ? JSON.stringify(text) : json;
       }
-      let json;
-      try {
-        json = plainData(cell.value) ? toJSON(cell.value) : undefined;
-      } catch {
-        json = undefined;
-      }
-      result = json === undefined ? JSON.stringify(text) : json;
       cell.outputs.push({ type: 'execute_result', mime: 'text/plain', data: text });
     }
     if (cell.outputsDropped > 0) {
       cell.warnings.push(`${cell.outputsDropped} rich output(s) dropped: a cell keeps at most ${MAX_OUTPUT_BYTES} bytes of them`);
     }
-    const outputs = cell.outputs.length === 0 ? '[]' : JSON.stringify(cell.outputs);
+    const outputs = cell.outputs.length === 0 ? '[]' : outputsJSON(cell.outputs);
 
     const response =
       `{"id":${cell.id},"nonce":"${cell.nonce}","status":"${status}","exit_code":${exitCode},` +
-      `"result":${result},"exception":${JSON.stringify(exception)},"warnings":${JSON.stringify(cell.warnings)},` +
+      `"result":${result},"exception":${exception === null ? 'null' : JSON.stringify(exception)},` +
+      `"warnings":${cell.warnings.length === 0 ? '[]' : JSON.stringify(cell.warnings)},` +
       `"outputs":${outputs}}\n`;
     whenFlushed(() => {
-      const marker = Buffer.from(`\x1esandpit-end:${cell.nonce}\x1e`);
-      for (const fd of [1, 2]) {
-        try {
-          writeAll(fd, marker);
-        } catch {}
-      }
+      const marker = `\x1esandpit-end:${cell.nonce}\x1e`; // ASCII: the nonce is hex
+      try {
+        writeAll(1, marker, marker.length);
+      } catch {}
+      try {
+        writeAll(2, marker, marker.length);
+      } catch {}
       writeAll(responseFd, response);
       if (current === cell) current = null;
       if (handOverLater && !current) {
@@ -447,11 +489,24 @@
     });
   }
 
+  // JSON.stringify(outputs), spelt out: the same text, without the generic walk over each
+  // object (and its toJSON lookups), as a cell with a completion value has one output.
+  function outputsJSON(outputs) {
+    let text = '[';
+    for (let i = 0; i < outputs.length; i++) {
+      const o = outputs[i];
+      text += `${i === 0 ? '' : ','}{"type":"${o.type}","mime":${JSON.stringify(o.mime)},"data":${JSON.stringify(o.data)}}`;
+    }
+    return `${text}]`;
+  }
+
   // Calls `then` once process.stdout and process.stderr have written out everything queued:
   // a write larger than a full pipe is finished asynchronously, and must come before the
   // end marker.
   function whenFlushed(then) {
-    const busy = [process.stdout, process.stderr].some((s) => s.writableLength > 0 && !s.destroyed);
+    const out = process.stdout;
+    const err = process.stderr;
+    const busy = (out.writableLength > 0 && !out.destroyed) || (err.writableLength > 0 && !err.destroyed);
     if (busy) setTimeout(whenFlushed, 1, then);
     else then();
   }
@@ -507,6 +562,7 @@
   }
   // The cell is over: its calls still pending are rejected, quietly (nobody awaits them now).
   function abandonTools(cell) {
+    if (pendingTools.size === 0) return;
     for (const [id, entry] of pendingTools) {
       if (entry.cell !== cell) continue;
       pendingTools.delete(id);
@@ -602,11 +658,15 @@
   // once) while the worker starts its hold, then lets go; and it does so between cells, since a
   // SIGINT libuv has queued for the listener when the listener goes is lost. If the worker
   // does not come up, the listener comes back and cells keep working, only slower.
-  function holdWatchdog() {
+  function holdWatchdog(limited = true) {
+    const settle = () => {
+      hook.settled = true;
+    };
     let Worker;
     try {
       ({ Worker } = require('worker_threads'));
     } catch {
+      settle();
       return;
     }
     const hold = new Int32Array(new SharedArrayBuffer(12)); // [go, holding, never set]
@@ -644,15 +704,25 @@
       }`;
     let worker;
     try {
-      worker = new Worker(source, { eval: true, workerData: hold.buffer, stdout: true, stderr: true, resourceLimits: { maxOldGenerationSizeMb: 4, maxYoungGenerationSizeMb: 1, stackSizeMb: 1 } });
+      // The heap limits are limits, not reservations (a node 20 worker uses ~4.2 MB of old
+      // space to start; at 4 MB it died at once, silently leaving every cell on the slow path).
+      const resourceLimits = limited ? { maxOldGenerationSizeMb: 16, maxYoungGenerationSizeMb: 2, stackSizeMb: 1 } : { stackSizeMb: 1 };
+      worker = new Worker(source, { eval: true, workerData: hold.buffer, stdout: true, stderr: true, resourceLimits });
     } catch {
+      settle();
       return;
     }
     worker.unref();
-    worker.on('error', () => {});
-    // The worker gone (a memory limit, say), the listener takes SIGINT again.
+    let outOfMemory = false;
+    worker.on('error', (e) => {
+      if (e && e.code === 'ERR_WORKER_OUT_OF_MEMORY') outOfMemory = true;
+    });
+    // The worker gone (a memory limit, say), the listener takes SIGINT again; if the limits
+    // were too tight for this node, once more without them.
     worker.on('exit', () => {
       if (process.listenerCount('SIGINT') === 0) process.on('SIGINT', onSigint);
+      if (outOfMemory && limited) holdWatchdog(false);
+      else settle();
     });
     // Between cells only: a SIGINT that libuv has queued for the listener when the listener
     // goes is lost, which between cells is what would happen to it anyway.
@@ -675,6 +745,7 @@
         worker.terminate();
         process.on('SIGINT', onSigint);
       }
+      settle();
     }
     worker.on('message', (at) => {
       const cell = current;
@@ -701,46 +772,70 @@
   process.on('unhandledRejection', (reason) => report('Uncaught (in promise)', reason));
 
   // ---- requests --------------------------------------------------------------------------
-  let pending = Buffer.alloc(0);
+  // The bytes arrive in one buffer that every read reuses (net.Socket's `onread`): no Buffer
+  // per read, no stream 'data' event and none of the stream's bookkeeping (ticks) a cell
+  // would otherwise pay for. Strings are copied out of it; bytes a read leaves unused (a
+  // request not complete yet) are copied into `held`, and joined once the request is whole.
+  const readBuffer = Buffer.allocUnsafe(64 * 1024);
+  let held = []; // copies of bytes received and not used yet, oldest first
+  let heldBytes = 0;
   let header = null; // the parsed header line of the request being received
-  const input = new net.Socket({ fd: requestFd, readable: true, writable: false });
-  input.on('data', (chunk) => {
-    pending = pending.length === 0 ? chunk : Buffer.concat([pending, chunk]);
-    for (;;) {
+  function onRequestBytes(nread, buf) {
+    let data = buf.subarray(0, nread);
+    if (heldBytes > 0) {
+      // Still short of a whole header line or request: keep a copy, join later.
+      if (header !== null ? heldBytes + nread < header.plen + header.clen : data.indexOf(10) < 0) {
+        held.push(Buffer.from(data));
+        heldBytes += nread;
+        return;
+      }
+      held.push(data);
+      data = Buffer.concat(held, heldBytes + nread);
+      held = [];
+      heldBytes = 0;
+    }
+    let pos = 0;
+    while (pos < data.length) {
       if (header === null) {
-        const nl = pending.indexOf(10);
+        const nl = data.indexOf(10, pos);
         if (nl < 0) break;
-        if (pending[0] === 0x7b) {
+        if (data[pos] === 0x7b) {
           // "{": a tool call's answer, never a request header.
-          const text = pending.toString('utf8', 0, nl);
-          pending = pending.subarray(nl + 1);
+          const text = data.toString('utf8', pos, nl);
+          pos = nl + 1;
           toolAnswer(text);
           continue;
         }
-        const line = pending.toString('latin1', 0, nl);
-        pending = pending.subarray(nl + 1);
+        const line = data.toString('latin1', pos, nl);
+        pos = nl + 1;
         const m = /^(\d+) ([0-9a-f]+) ([01]) (\d+) (\d+)$/.exec(line.trim());
         if (m === null) {
           writeAll(2, `sandpit driver: bad request header: ${JSON.stringify(line.slice(0, 200))}\n`);
           process.exit(2);
         }
         // The id is echoed as the digits received (exact for any u64).
-        header = { id: m[1].replace(/^0+(?=\d)/, ''), nonce: m[2], interactive: m[3] === '1', plen: Number(m[4]), clen: Number(m[5]) };
+        const id = m[1].length > 1 && m[1][0] === '0' ? m[1].replace(/^0+(?=\d)/, '') : m[1];
+        header = { id, nonce: m[2], interactive: m[3] === '1', plen: Number(m[4]), clen: Number(m[5]) };
       }
-      if (pending.length < header.plen + header.clen) break;
       const { plen, clen } = header;
+      if (data.length - pos < plen + clen) break;
       queue.push({
         id: header.id,
         nonce: header.nonce,
         interactive: header.interactive,
-        prelude: pending.toString('utf8', 0, plen),
-        code: pending.toString('utf8', plen, plen + clen),
+        prelude: plen === 0 ? '' : data.toString('utf8', pos, pos + plen),
+        code: data.toString('utf8', pos + plen, pos + plen + clen),
       });
-      pending = pending.subarray(plen + clen);
+      pos += plen + clen;
       header = null;
     }
+    if (pos < data.length) {
+      held.push(Buffer.from(data.subarray(pos)));
+      heldBytes = data.length - pos;
+    }
     runNext();
-  });
+  }
+  const input = new net.Socket({ fd: requestFd, readable: true, writable: false, onread: { buffer: readBuffer, callback: onRequestBytes } });
   input.on('end', () => process.exit(0));
   input.on('error', () => process.exit(0));
 
