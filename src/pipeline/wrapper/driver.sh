@@ -1,6 +1,7 @@
-__sp_cell() { builtin trap '{ builtin eval "$__sp_on_int"; } 2>/dev/null' INT; builtin trap '{ builtin eval "$__sp_on_err"; } 2>/dev/null' ERR; builtin set -E$__sp_flags; [[ $__sp_prev == 0 ]] || __sp_ret "$__sp_prev" && :; builtin eval "$__sp_code"; { __sp_st=$?; [[ -n $__sp_f ]] || __sp_f=$-; builtin set +euvx; } 2>/dev/null; [[ -z $__sp_keep ]] || { builtin local -p >"$__sp_locals"; } 2>/dev/null || :; builtin return $__sp_st; }
-# ^ __sp_cell runs one cell (see "How a cell runs" below). It sits on line 1 because bash
-#   numbers the lines of an eval from the line of the eval: on line 1, error messages give
+__sp_cell() { builtin trap '{ builtin eval "$__sp_on_err"; } 2>/dev/null' ERR; [[ $__sp_flags$__sp_prev == 0 ]] || __sp_pre && :; builtin eval "$__sp_code"; }; __sp_cellk() { builtin trap '{ builtin eval "$__sp_on_err"; } 2>/dev/null' ERR; [[ $__sp_flags$__sp_prev == 0 ]] || __sp_pre && :; builtin eval "$__sp_code"; { __sp_st=$? __sp_f=${__sp_f:-$-}; builtin set +euvx; builtin local -p >"$__sp_locals"; } 2>/dev/null; builtin return $__sp_st; }
+# ^ __sp_cell runs one cell, and __sp_cellk one that may declare variables (see "How a cell
+#   runs" below). They sit on line 1 because bash numbers the lines of an eval from the line of
+#   the eval: on line 1, error messages give
 #   the cell's own line numbers ("environment: eval: line 2: syntax error ...").
 #
 # sandpit bash driver: a persistent shell behind a framed protocol.
@@ -34,17 +35,24 @@ __sp_cell() { builtin trap '{ builtin eval "$__sp_on_int"; } 2>/dev/null' INT; b
 #      expected is a late answer: skipped.
 #
 # How a cell runs
-#   - Inside the function __sp_cell (line 1), so that an interrupt can end it: the INT trap returns
-#     from the running function and a DEBUG trap returns from each caller in turn, up to and
-#     out of __sp_cell.  A loop inside a function the cell calls is aborted as well.
+#   - Inside the function __sp_cell (line 1), so that an interrupt can end it: the INT trap
+#     returns from the running function and a DEBUG trap returns from each caller in turn, up
+#     to and out of the cell's function.  A loop inside a function the cell calls is aborted as
+#     well.  The INT trap is set by the loop just before the call; the function sets the ERR
+#     trap, then the user's options and $?, then evals the code (see the loop for why the
+#     function is kept that short).
 #   - Cells run as if at the top level: variables the cell declares with declare/typeset/
 #     local (which inside a function would be local to it) are copied to the global scope
 #     when the cell ends (written out with `local -p` to $TMPDIR on every way out of
-#     __sp_cell except a `return` in the cell's code, then sourced at the top level).
+#     __sp_cellk, run instead of __sp_cell when the code may declare some, except a `return`
+#     in the cell's code, then sourced at the top level).
 #   - With fds 3 and 4 closed (user commands never see them), and for non-interactive
-#     cells with stdin from /dev/null, so reads get EOF at once.  After a non-interactive
-#     cell the driver reads away the ^D the host queued on the terminal for it, so that it
-#     cannot end a read in a later interactive cell.
+#     cells with stdin from /dev/null, so reads get EOF at once.  A cell's `exec` on fds 0, 3
+#     or 4 lasts until the cell ends (the driver puts back /dev/null and closes 3 and 4; an
+#     interactive cell's stdin, the terminal, is a redirection of the call); `exec >file` and
+#     other fds last, as in any shell.  After a non-interactive cell the driver reads away the
+#     ^D the host queued on the terminal for it, so that it cannot end a read in a later
+#     interactive cell.
 #   - `set -e`: a failing command ends the cell (exit status = the command's), not the
 #     session: an ERR trap (inherited into functions with set -E) unwinds like an interrupt.
 #     The option stays on for the next cell, like the other options (-u, -x, -v, pipefail).
@@ -52,39 +60,48 @@ __sp_cell() { builtin trap '{ builtin eval "$__sp_on_int"; } 2>/dev/null' INT; b
 #     a function that unwinds like an interrupt (in subshells it is the real exit).
 #     `builtin exit`, and an expansion error under `set -u`, end the shell as in any bash
 #     script: the host sees the interpreter exit and restarts the session.
-#   - Between cells SIGINT is ignored and the driver's own commands run with -e -u -x -v
-#     off (every way out of a cell turns them off); each cell gets the user's options back.
+#   - Between cells SIGINT is ignored, there is no ERR or DEBUG trap (whatever the cell set,
+#     and however it called the trap builtin), and the driver's own commands run with -e -u -x
+#     -v off (every way out of a cell turns them off); each cell gets the driver's ERR trap and
+#     the user's options back.  A user's ERR trap thus lasts until its cell ends; it fires for
+#     the cell's eval too when the cell's status is not 0 (the eval is a failing command of the
+#     cell's function), but not in the driver.
+#   - `set -e; return N` (N not 0) at the top level of a cell ends the session: bash's errexit
+#     acts on the cell function's status before the driver gets it back (the host restarts
+#     the session).
 #   - Bash strings cannot hold NUL bytes: a NUL in the code or prelude is dropped.
 #   - `$?` at the start of a cell is the previous cell's exit status, as at a shell prompt
-#     (set by `__sp_ret` in a && list, which neither the ERR trap nor set -e act on, when it
-#     is not 0; under the user's `set -x` it shows as trace lines).
+#     (set by `__sp_pre` in a && list, which neither the ERR trap nor set -e act on, when it
+#     is not 0 or there are options to put back; under the user's `set -x` it shows as trace
+#     lines).
 #
 # Host tools in bash
 #   - `sandpit-tool NAME [JSON | -]` (a function of this shell): prints the tool's result as
 #     JSON on stdout and returns 0, or prints the error on stderr and returns 1 (2: usage).
 #     `-` reads the arguments from stdin.  `sandpit-tool --list` names the tools,
 #     `sandpit-tool --describe` prints them as JSON.
-#   - The channel: while __sp_cell runs with `3<&- 4>&-`, bash keeps the driver's fds 3 and 4
-#     as its saved copies on fds 10 and 11 (the lowest free at or above 10, closed-on-exec;
-#     10 and 11 are closed at start so that they are free).  The shell and its subshells
+#   - The channel: the driver's loop runs with `3<&- 4>&-`, so bash keeps the driver's fds 3
+#     and 4 as its saved copies on fds 10 and 11 (the lowest free at or above 10,
+#     closed-on-exec; 10 to 12 are closed at start so that they are free).  The shell and its subshells
 #     (pipelines, $(...), ( ), & within the cell) reach them; programs the cell executes do
 #     not, so the channel never leaves this shell.
 #   - Callers are serialized by a lock file ($TMPDIR/.sandpit-tool-lock.$$, made with
 #     noclobber, holding the caller's pid).  At the end of a cell the driver waits for a call
 #     in progress (the host answers it, or cancels it when it interrupts the cell) before it
-#     responds.
+#     responds, whatever made the call (a background job too).  A call made between cells
+#     (from a trap of the shell) is refused.
 #   - A call checks that its cell is still the running one ($TMPDIR/.sandpit-tool-cell.$$,
 #     written in place at the start and the end of each cell), so that a background job left
 #     by an earlier cell never reads the request channel between cells.  The file is kept
 #     from the first cell whose code names sandpit-tool (or may run code it cannot see:
 #     source, eval, `. `); before that there is none, and a call does not check.
 
-# Trap texts. The traps __sp_cell sets eval them from these variables: the trap builtin's
+# Trap texts. The traps set for each cell eval them from these variables: the trap builtin's
 # cost grows with the length of the text it is given, and each cell sets two (with their
 # stderr, the handler's own xtrace under the user's set -x, on /dev/null). The first way out
 # of a cell records the shell options in __sp_f, and each turns off -e -u -x -v. __sp_save
-# writes the cell's locals out when the cell may have declared some (__sp_keep), only from
-# __sp_cell's frame.
+# writes the cell's locals out when the cell may have declared some, only from __sp_cellk's
+# frame.
 # A return out of a trap goes through eval. When SIGINT kills (or is caught by) the foreground
 # job, bash runs the INT trap from its wait for that job with its job list frozen (no job is
 # removed), and thaws the list after the handler; a plain `return` jumps past that, so the list
@@ -92,7 +109,7 @@ __sp_cell() { builtin trap '{ builtin eval "$__sp_on_int"; } 2>/dev/null' INT; b
 # command, stayed in `jobs`, and disown/wait could not remove them. A return out of an eval
 # run inside a trap thaws the list (bash's evalstring). (The DEBUG trap set first fires on the
 # INT trap's next command, so the return taken is the one in __sp_unwind.)
-__sp_save='[[ -n $__sp_keep && ${FUNCNAME-} == __sp_cell ]] && { builtin local -p >"$__sp_locals"; } 2>/dev/null || :'
+__sp_save='[[ ${FUNCNAME-} == __sp_cellk ]] && { builtin local -p >"$__sp_locals"; } 2>/dev/null || :'
 __sp_unwind='if [[ ${FUNCNAME-} ]]; then '$__sp_save'; builtin eval "builtin return $__sp_st"; fi'
 __sp_on_int='{ [[ -n $__sp_f ]] || __sp_f=$-; builtin set +euvx; } 2>/dev/null; __sp_int=1 __sp_st=130; if [[ ${FUNCNAME-} ]]; then builtin trap "$__sp_unwind" DEBUG; '$__sp_save'; builtin eval "builtin return 130"; fi'
 __sp_on_err='__sp_st=$?; if [[ $- == *e* && $BASHPID == $$ ]]; then { [[ -n $__sp_f ]] || __sp_f=$-; builtin set +euvx; } 2>/dev/null; if [[ ${FUNCNAME-} ]]; then builtin trap "$__sp_unwind" DEBUG; '$__sp_save'; builtin return $__sp_st; fi; fi'
@@ -116,38 +133,13 @@ exit() {
 }
 __sp_flags= # the user's -e -u -x -v, put back for each cell
 
-# Reads the next request (see "Protocol"): the header (skipping a late tool answer, a line
-# that starts with "{"), then the prelude and the code into __sp_prelude and __sp_code.
-# In the C locale, local to the function, so that read -n and ${#...} count bytes; it is
-# switched to before the driver waits for the request, so only the switch back adds to a
-# cell's time. LC_CTYPE is cheaper to switch than LC_ALL, which is only needed when the user
-# set LC_ALL. A field is one read of its length in the usual case; read -d '' stops at a NUL
-# byte, which bash cannot store: it is consumed and dropped, and __sp_read_more reads the rest,
-# so the framing stays in step. Returns non-zero at EOF.
-__sp_recv() {
-    if [[ -n ${LC_ALL+set} ]]; then local LC_ALL=C; else local LC_CTYPE=C; fi
-    IFS=' ' builtin read -r -u 3 __sp_id __sp_nonce __sp_inter __sp_plen __sp_clen || return
-    while [[ $__sp_id == '{'* ]]; do
-        IFS=' ' builtin read -r -u 3 __sp_id __sp_nonce __sp_inter __sp_plen __sp_clen || return
-    done
-    __sp_prelude= __sp_code=
-    if ((__sp_plen > 0)); then
-        IFS= builtin read -r -d '' -n "$__sp_plen" -u 3 __sp_prelude || return
-        ((${#__sp_prelude} == __sp_plen)) || __sp_read_more __sp_prelude "$__sp_plen" || return
-    fi
-    if ((__sp_clen > 0)); then
-        IFS= builtin read -r -d '' -n "$__sp_clen" -u 3 __sp_code || return
-        ((${#__sp_code} == __sp_clen)) || __sp_read_more __sp_code "$__sp_clen" || return
-    fi
-}
-
 # After a read of a field that stopped at a NUL: reads the rest of the field ($2 bytes in all)
 # into the variable named $1, in the caller's C locale.
 __sp_read_more() {
     local buf=${!1} want chunk
     want=$(($2 - ${#buf} - 1)) # the NUL was read too
     while ((want > 0)); do
-        IFS= builtin read -r -d '' -n "$want" -u 3 chunk
+        IFS= builtin read -r -d '' -n "$want" -u 10 chunk
         case $?,$((${#chunk} == want)) in
         *,1) want=0 ;;                    # the whole rest
         0,0) ((want -= ${#chunk} + 1)) ;; # stopped at a NUL
@@ -158,7 +150,13 @@ __sp_read_more() {
     builtin printf -v "$1" %s "$buf"
 }
 
-__sp_ret() { return "$1"; }
+# Before the cell's code (in the cell's function, in a && list, which neither the ERR trap nor
+# set -e act on, when there is something to do): the user's options back, and $? set to the
+# previous cell's status.
+__sp_pre() {
+    [[ -z $__sp_flags ]] || builtin set -$__sp_flags
+    builtin return $__sp_prev
+}
 __sp_prev=0 # the last cell's exit status: $? when the next cell starts
 
 __sp_tool_lock="${TMPDIR:-/tmp}/.sandpit-tool-lock.$$"
@@ -166,7 +164,7 @@ __sp_tool_cell="${TMPDIR:-/tmp}/.sandpit-tool-cell.$$"
 __sp_tool_seq=0
 __sp_tool_track=
 # (Not `builtin exec`: its redirections would only last for the builtin.)
-exec 10<&- 11>&-
+exec 10<&- 11>&- 12<&-
 
 sandpit-tool() {
     local name="${1-}" args="${2-}" line id cur owner prefix had_c=
@@ -186,6 +184,9 @@ sandpit-tool() {
         builtin printf 'usage: sandpit-tool NAME [JSON | -]   (sandpit-tool --list names the tools)\n' >&2
         return 2
     fi
+    # A call from the shell itself (whatever name the code used for the function) turns on the
+    # end-of-cell wait for the lock, which a call interrupted here leaves behind.
+    __sp_tool_track=1
     if [[ $args == - ]]; then
         IFS= builtin read -r -d '' args || :
     fi
@@ -208,7 +209,7 @@ sandpit-tool() {
     if [[ -e $__sp_tool_cell ]]; then
         builtin read -r cur <"$__sp_tool_cell" 2>/dev/null || :
     fi
-    if [[ $cur != "$__sp_id" ]] || ! { : >&11; } 2>/dev/null; then
+    if [[ -z $__sp_in_cell || $cur != "$__sp_id" ]] || ! { : >&11; } 2>/dev/null; then
         command -p rm -f -- "$__sp_tool_lock"
         builtin printf 'sandpit-tool: host tools can only be called while a cell runs\n' >&2
         return 1
@@ -243,47 +244,16 @@ sandpit-tool() {
     return 1
 }
 
-builtin trap '' INT
-builtin set -E
-builtin printf '{"ready":true,"language":"bash","version":"%s","pid":%d}\n' "${BASH_VERSION%%[^0-9.]*}" "$$" >&4
-
-# The loop keeps its work per cell small (each bash command costs microseconds, more with
-# a long argument): no forks, one test of the code for all the keywords, short trap texts, and
-# what only the next cell needs after the response.
-while :; do
-    __sp_recv || break
-    # Only declare/typeset/local can leave variables local to __sp_cell, only sandpit-tool
-    # calls a host tool, and source/eval/. may run either (;;& tests the next pattern too).
-    __sp_keep=
-    case $__sp_code in
-    *source* | *eval* | *". "*) __sp_keep=1 __sp_tool_track=1 ;;
-    *declare* | *typeset* | *local*) __sp_keep=1 ;;&
-    *sandpit-tool*) __sp_tool_track=1 ;;
-    esac
-    if [[ -n $__sp_prelude ]]; then
-        builtin eval "$__sp_prelude" 3<&- 4>&-
-    fi
-    if [[ -n $__sp_tool_track ]]; then
-        # In place and fixed width: truncating a file may cost a disk flush every cell.
-        { builtin printf '%-20s\n' "$__sp_id" 1<>"$__sp_tool_cell"; } 2>/dev/null
-    fi
-    __sp_int=0 __sp_f= __sp_in_cell=1
-    # 3 and 4 first: bash keeps their saved copies on fds 10 and 11 (see "Host tools").
-    if [[ $__sp_inter == 1 ]]; then
-        __sp_cell 3<&- 4>&-
-    else
-        __sp_cell 3<&- 4>&- </dev/null
-    fi
-    # Back in the driver. Options and xtrace are already off on every way out of __sp_cell
-    # but a `return` in the cell's code.
-    __sp_rc=$? __sp_in_cell=
-    [[ -n $__sp_f ]] || { __sp_f=$-; builtin set +euvx; } 2>/dev/null
-    builtin trap '' INT
-    builtin trap - DEBUG ERR
-    # No tool call from now on; wait for one in progress (the host answers or cancels it).
-    if [[ -n $__sp_tool_track ]]; then
-        { builtin printf '%-20s\n' - 1<>"$__sp_tool_cell"; } 2>/dev/null
-    fi
+# Run between cells: before the cell, when a cell may have used a host tool (__sp_tool_track),
+# write its id to the cell file; after it, then mark the file "-" (no call from now on), and
+# when the lock file is there wait for the call in progress (the host answers it, or cancels
+# it when it interrupts the cell).
+__sp_tool_before() {
+    # In place and fixed width: truncating a file may cost a disk flush every cell.
+    { builtin printf '%-20s\n' "$__sp_id" 1<>"$__sp_tool_cell"; } 2>/dev/null
+}
+__sp_tool_after() {
+    [[ -z $__sp_tool_track ]] || { builtin printf '%-20s\n' - 1<>"$__sp_tool_cell"; } 2>/dev/null
     while [[ -e $__sp_tool_lock ]]; do
         __sp_owner=
         IFS= builtin read -r __sp_owner <"$__sp_tool_lock" 2>/dev/null || :
@@ -293,30 +263,150 @@ while :; do
             command -p sleep 0.01
         fi
     done
-    if [[ $__sp_inter != 1 && -t 0 ]]; then
-        # Read away the ^D the host queued on the terminal for this cell, whose stdin was
-        # /dev/null, so that it cannot end a read in a later interactive cell. (Before the
-        # response: after it, the host may already type for the next cell.)
-        for __sp_junk in 1 2 3 4; do
-            builtin read -t 0 -u 0 && builtin read -r -t 0.05 -u 0 __sp_junk || break
-        done
-    fi
-    __sp_prev=$__sp_rc __sp_status=ok
+}
+# After the first ^D read away (see the loop): up to three more reads, as long as they read
+# lines (typed input) rather than the EOF.
+__sp_drain() {
+    local i
+    for i in 1 2 3; do
+        builtin read -t 0 -u 12 && builtin read -r -t 0.05 -u 12 __sp_junk || break
+    done
+}
+# The code and the prelude are read in the C locale, so that read -n and ${#...} count bytes:
+# LC_CTYPE (and LC_ALL when the user set it) is made local to the function that reads, and
+# bash puts back the user's on the way out, unset included, with one locale reload. (A switch
+# into a UTF-8 locale costs bash about as much as five simple commands, as it redoes its
+# character tables; `unset LC_CTYPE` would do it twice.) The code is read into REPLY, local
+# too (a read into a name would trim it by IFS, and a temporary IFS= costs about as much as a
+# locale switch). A read stops at a NUL byte, which bash cannot store: it is consumed and
+# dropped, and __sp_read_more reads the rest, so the framing stays in step. Both return
+# non-zero at EOF.
+__sp_recv() {
+    builtin local LC_CTYPE=C ${LC_ALL+LC_ALL=C} REPLY
+    builtin read -r -d '' -n "$__sp_clen" -u 10 && __sp_code=$REPLY && ((${#REPLY} == __sp_clen)) || __sp_read_more __sp_code "$__sp_clen"
+}
+__sp_recv_prelude() {
+    builtin local LC_CTYPE=C ${LC_ALL+LC_ALL=C}
+    IFS= builtin read -r -d '' -n "$__sp_plen" -u 10 __sp_prelude || return
+    ((${#__sp_prelude} == __sp_plen)) || __sp_read_more __sp_prelude "$__sp_plen"
+}
+# The options to put back for the next cell: the user's -e -u -x -v, and -E (on from the start,
+# for the ERR trap) if the user turned it off. Empty in the usual case: no `set` at all.
+__sp_opts() {
+    __sp_fl=$__sp_f __sp_flags=${__sp_f//[!euvx]/}
+    [[ $__sp_f == *E* ]] || __sp_flags+=E
+}
+# After a cell: the tool lock (see __sp_tool_after), and stdin back on /dev/null and fds 3 and
+# 4 closed if the cell's `exec` changed them (as a redirection around the call would, at the
+# cost of a dozen system calls per cell).
+__sp_after() {
+    [[ -z $__sp_tool_track && ! -e $__sp_tool_lock ]] || __sp_tool_after
+    [[ /dev/stdin -ef /dev/null && ! -e /dev/fd/3 && ! -e /dev/fd/4 ]] || command exec 0</dev/null 3<&- 4>&-
+}
+# The status of a cell that was interrupted (exit code 130) or failed.
+__sp_failed() {
     if ((__sp_int)); then
         __sp_status=interrupted __sp_rc=130 __sp_prev=130
     elif ((__sp_rc)); then
         __sp_status=error
     fi
-    builtin printf '\036sandpit-end:%s\036' "$__sp_nonce"
-    builtin printf '\036sandpit-end:%s\036' "$__sp_nonce" >&2
-    builtin printf '{"id":%d,"nonce":"%s","status":"%s","exit_code":%d,"result":null,"exception":null,"warnings":[]}\n' \
-        "$__sp_id" "$__sp_nonce" "$__sp_status" "$__sp_rc" >&4
+}
 
-    # Housekeeping after the response (anything printed now belongs to no cell).
-    if [[ -n $__sp_keep && -s $__sp_locals ]]; then
-        builtin source "$__sp_locals"
-        : >"$__sp_locals"
+builtin trap '' INT
+builtin set -E
+builtin printf '{"ready":true,"language":"bash","version":"%s","pid":%d}\n' "${BASH_VERSION%%[^0-9.]*}" "$$" >&4
+__sp_fl= __sp_tty=
+[[ ! -t 0 ]] || __sp_tty=1
+
+# The loop keeps its work per cell small: each bash command costs it about as many
+# instructions as the whole of a trivial cell's own code (10-25K), so there are few of them:
+# no forks, one assignment for the per-cell variables, one test of the code for all the
+# keywords, short trap texts, rare work in functions behind one test, and what only the next
+# cell needs after the response. The trap builtin costs more when it is given a handler (it
+# first tries the text as a signal name) or a signal by name (a table search): SIGINT by
+# number, ERR and DEBUG only where needed.
+# Its redirections (`done 3<&- 4>&- 0</dev/null`) are made once for the whole loop rather than
+# around each cell (each redirection costs bash a dozen system calls): fds 3 and 4 are closed
+# inside it (user commands never see them) and stdin is /dev/null, and bash keeps the saved
+# copies, closed-on-exec, on 10 (requests), 11 (responses) and 12 (the terminal), the lowest
+# free fds at or above 10 (closed at start). The driver reads and writes 10 and 11, and a
+# non-interactive cell runs with the loop's stdin, /dev/null, without a redirection; after the
+# cell a test (two fstat and a stat) finds whether the cell's `exec` changed 0, 3 or 4.
+# The request (see "Protocol"): the header, then the prelude and the code (see __sp_recv). The
+# header is ASCII: read in the user's locale, and split with the user's IFS when that is the
+# default one (a temporary IFS=' ' on a read costs bash about as much as a locale switch: it
+# resets its field-splitting tables twice). A line that starts with "{" is a late tool answer:
+# skipped.
+while if [[ ${IFS-$' \t\n'} == $' \t\n' ]]; then
+    builtin read -r -u 10 __sp_id __sp_nonce __sp_inter __sp_plen __sp_clen
+else
+    IFS=' ' builtin read -r -u 10 __sp_id __sp_nonce __sp_inter __sp_plen __sp_clen
+fi; do
+    while [[ $__sp_id == '{'* ]]; do
+        IFS=' ' builtin read -r -u 10 __sp_id __sp_nonce __sp_inter __sp_plen __sp_clen || break 2
+    done
+    __sp_prelude= __sp_code= __sp_k= __sp_int=0 __sp_f= __sp_mark=$'\036sandpit-end:'$__sp_nonce$'\036'
+    [[ $__sp_plen == 0 ]] || __sp_recv_prelude || break
+    __sp_recv || break
+    # Only declare/typeset/local can leave variables local to the cell's function (__sp_k=k:
+    # __sp_cellk saves them), only sandpit-tool calls a host tool (__sp_tool_track: the cell
+    # file is kept from then on), and source/eval/. may run either (;;& tests the next pattern
+    # too). From here on a call of sandpit-tool is one of the cell's (__sp_in_cell).
+    case $__sp_code in
+    *source* | *eval* | *". "*) __sp_k=k __sp_tool_track=1 ;;&
+    *declare* | *typeset* | *local*) __sp_k=k ;;&
+    *sandpit-tool*) __sp_tool_track=1 ;;&
+    *) __sp_in_cell=1 ;;
+    esac
+    if [[ -n $__sp_prelude$__sp_tool_track ]]; then
+        [[ -z $__sp_prelude ]] || builtin eval "$__sp_prelude"
+        [[ -z $__sp_tool_track ]] || __sp_tool_before
     fi
-    __sp_flags=${__sp_f//[!euvx]/}
-done
+    # The cell (see "How a cell runs"). At each call bash copies the function's whole body (and
+    # frees the copy after), at a cost that grows with the size of the body: the cell's
+    # functions are three short commands, and what can be done here is (SIGINT's trap; 2 is
+    # SIGINT). The ERR trap cannot: set before the call, it would fire once more on the
+    # function's non-zero status (bash decides to run the ERR trap after a command by whether
+    # one was set when the command started), and by then it may be the user's own.
+    # An interactive cell gets the terminal (12) as stdin, a redirection of the call.
+    builtin trap '{ builtin eval "$__sp_on_int"; } 2>/dev/null' 2
+    if [[ $__sp_inter == 0 ]]; then __sp_cell$__sp_k; else __sp_cell$__sp_k <&12; fi
+    # Back in the driver: the first way out of the cell records the shell options in __sp_f
+    # (the unwinding traps do it before they turn -e -u -x -v off; a cell that ends normally
+    # or with a `return` comes here with the user's options still on).
+    { __sp_rc=$? __sp_prev=$? __sp_f=${__sp_f:-$-} __sp_in_cell= __sp_status=ok; builtin set +euvx; } 2>/dev/null
+    # SIGINT ignored again, no ERR or DEBUG trap between cells (the cell may have set either,
+    # under any name). Then the tool lock and the cell's fds (see __sp_after), one test in the
+    # usual case.
+    builtin trap '' 2
+    builtin trap - DEBUG ERR
+    [[ -z $__sp_tool_track && ! -e $__sp_tool_lock && /dev/stdin -ef /dev/null && ! -e /dev/fd/3 && ! -e /dev/fd/4 ]] || __sp_after
+    # Read away the ^D the host queued on the terminal for a non-interactive cell, whose stdin
+    # was /dev/null, so that it cannot end a read in a later interactive cell. (Before the
+    # response: after it, the host may already type for the next cell.) One read in the usual
+    # case: a read that gets a line rather than the EOF goes on in __sp_drain. One read, with a
+    # short timeout, rather than a test (read -t 0) then a read: bash waits with select, which
+    # returns at once when the ^D is there; when it is not (a program of the cell read it from
+    # the terminal), the read gives up after 0.1 ms. (__sp_tty: the terminal is a terminal.)
+    [[ $__sp_inter$__sp_tty != 01 ]] || ! builtin read -r -t 0.0001 -u 12 __sp_junk || __sp_drain
+    # The markers (printf of a plain %s: parsing escapes in a format costs more), the status,
+    # and the response. echo of one string costs bash less than printf's parse of a long format.
+    # Nothing in it can be an escape for echo (digits, hex, a status word), so xpg_echo does
+    # not matter.
+    builtin printf %s "$__sp_mark"
+    builtin printf %s "$__sp_mark" >&2
+    [[ $__sp_int$__sp_rc == 00 ]] || __sp_failed
+    builtin echo "{\"id\":$__sp_id,\"nonce\":\"$__sp_nonce\",\"status\":\"$__sp_status\",\"exit_code\":$__sp_rc,\"result\":null,\"exception\":null,\"warnings\":[]}" >&11
+
+    # Housekeeping after the response (anything printed now belongs to no cell): the user's
+    # -e -u -x -v worked out again when the options changed, and the cell's declarations
+    # made global (sourced here, at the top level).
+    [[ $__sp_f == "$__sp_fl" && -z $__sp_k ]] || {
+        __sp_opts
+        if [[ -n $__sp_k && -s $__sp_locals ]]; then
+            builtin source "$__sp_locals"
+            : >"$__sp_locals"
+        fi
+    }
+done 3<&- 4>&- 0</dev/null
 builtin exit 0
