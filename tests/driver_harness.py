@@ -190,7 +190,12 @@ class Session:
             termios.tcflush(self.slave, termios.TCIFLUSH)
         if not interactive:
             os.write(self.master, b"\x04")
-        frame = b"%d %s %d %d %d\n" % (cid, nonce.encode(), 1 if interactive else 0, len(prelude), len(code)) + prelude + code
+        if self.language == "bash":
+            # As the host frames it (encode_request): NULs dropped, each field NUL-ended.
+            prelude, code = prelude.replace(b"\0", b""), code.replace(b"\0", b"")
+            frame = b"%d %s %d %d %d\n" % (cid, nonce.encode(), 1 if interactive else 0, len(prelude), len(code)) + (prelude + b"\0" if prelude else b"") + code + b"\0"
+        else:
+            frame = b"%d %s %d %d %d\n" % (cid, nonce.encode(), 1 if interactive else 0, len(prelude), len(code)) + prelude + code
         started = time.monotonic()
         written = 0
         while written < len(frame):  # big frames: keep reading output while writing

@@ -14,7 +14,7 @@
 //!   of Apple's developer tools that `/usr/bin/python3` would start (the Command Line Tools,
 //!   or Xcode's `Contents/Developer`);
 //! - javascript: `node` on `PATH`, then Homebrew's;
-//! - bash: Homebrew's (the driver needs bash 4 or later; macOS ships 3.2).
+//! - bash: Homebrew's (the driver needs bash 4.4 or later; macOS ships 3.2).
 //!
 //! A candidate must be an executable file and not a script (a version manager's shim, such
 //! as pyenv's, would run its manager inside the sandbox). Its read-only roots are its install
@@ -154,7 +154,7 @@ pub fn find(
     let hint = match language {
         Language::Python => "install Python (brew install python, or python.org) or set SANDPIT_PYTHON",
         Language::Javascript => "install Node.js (brew install node, or nodejs.org) or set SANDPIT_NODE",
-        Language::Bash => "the driver needs bash 4 or later and macOS ships 3.2: brew install bash, or set SANDPIT_BASH",
+        Language::Bash => "the driver needs bash 4.4 or later and macOS ships 3.2: brew install bash, or set SANDPIT_BASH",
     };
     Err(if passed.is_empty() {
         format!("no {language} interpreter found: {hint}")

@@ -17,9 +17,11 @@ __sp_cell() { builtin trap '{ builtin eval "$__sp_on_err"; } 2>/dev/null' ERR; [
 #        {"ready":true,"language":"bash","version":"5.x.y","pid":N}
 #   2. Each request on fd 3 is an ASCII header line
 #        ID NONCE INTERACTIVE PRELUDE_LEN CODE_LEN\n
-#      (NONCE: 32 lowercase hex; INTERACTIVE: 0|1; lengths in bytes) followed by exactly
-#      PRELUDE_LEN bytes of prelude (`export NAME='value'` lines, evaluated in the shell
-#      before the code) and CODE_LEN bytes of code.
+#      (NONCE: 32 lowercase hex; INTERACTIVE: 0|1; lengths in bytes) followed, when
+#      PRELUDE_LEN is not 0, by the prelude (`export NAME='value'` lines, evaluated in the
+#      shell before the code) and a NUL byte, then by the code and a NUL byte. The host
+#      removes NUL bytes from both first (bash strings cannot hold them), so each field ends
+#      at its NUL and is read whole by one mapfile, whatever the locale.
 #   3. The code runs in this shell, so variables, functions, options and the working
 #      directory persist.  When it ends the driver writes the end marker
 #      "\x1esandpit-end:NONCE\x1e" on fd 1 and on fd 2, then one line on fd 4:
@@ -69,7 +71,7 @@ __sp_cell() { builtin trap '{ builtin eval "$__sp_on_err"; } 2>/dev/null' ERR; [
 #   - `set -e; return N` (N not 0) at the top level of a cell ends the session: bash's errexit
 #     acts on the cell function's status before the driver gets it back (the host restarts
 #     the session).
-#   - Bash strings cannot hold NUL bytes: a NUL in the code or prelude is dropped.
+#   - Bash strings cannot hold NUL bytes: the host drops a NUL in the code or prelude.
 #   - `$?` at the start of a cell is the previous cell's exit status, as at a shell prompt
 #     (set by `__sp_pre` in a && list, which neither the ERR trap nor set -e act on, when it
 #     is not 0 or there are options to put back; under the user's `set -x` it shows as trace
@@ -95,6 +97,13 @@ __sp_cell() { builtin trap '{ builtin eval "$__sp_on_err"; } 2>/dev/null' ERR; [
 #     by an earlier cell never reads the request channel between cells.  The file is kept
 #     from the first cell whose code names sandpit-tool (or may run code it cannot see:
 #     source, eval, `. `); before that there is none, and a call does not check.
+
+# bash 4.4 or later (mapfile -d reads the request's fields): an older one is refused at once,
+# with the reason on stderr, rather than failing at its first request.
+if ((BASH_VERSINFO[0] < 4 || (BASH_VERSINFO[0] == 4 && BASH_VERSINFO[1] < 4))); then
+    builtin printf 'sandpit: the bash driver needs bash 4.4 or later; this is %s\n' "$BASH_VERSION" >&2
+    builtin exit 2
+fi
 
 # Trap texts. The traps set for each cell eval them from these variables: the trap builtin's
 # cost grows with the length of the text it is given, and each cell sets two (with their
@@ -133,22 +142,6 @@ exit() {
 }
 __sp_flags= # the user's -e -u -x -v, put back for each cell
 
-# After a read of a field that stopped at a NUL: reads the rest of the field ($2 bytes in all)
-# into the variable named $1, in the caller's C locale.
-__sp_read_more() {
-    local buf=${!1} want chunk
-    want=$(($2 - ${#buf} - 1)) # the NUL was read too
-    while ((want > 0)); do
-        IFS= builtin read -r -d '' -n "$want" -u 10 chunk
-        case $?,$((${#chunk} == want)) in
-        *,1) want=0 ;;                    # the whole rest
-        0,0) ((want -= ${#chunk} + 1)) ;; # stopped at a NUL
-        *) return 1 ;;                    # EOF
-        esac
-        buf+=$chunk
-    done
-    builtin printf -v "$1" %s "$buf"
-}
 
 # Before the cell's code (in the cell's function, in a && list, which neither the ERR trap nor
 # set -e act on, when there is something to do): the user's options back, and $? set to the
@@ -272,24 +265,6 @@ __sp_drain() {
         builtin read -t 0 -u 12 && builtin read -r -t 0.05 -u 12 __sp_junk || break
     done
 }
-# The code and the prelude are read in the C locale, so that read -n and ${#...} count bytes:
-# LC_CTYPE (and LC_ALL when the user set it) is made local to the function that reads, and
-# bash puts back the user's on the way out, unset included, with one locale reload. (A switch
-# into a UTF-8 locale costs bash about as much as five simple commands, as it redoes its
-# character tables; `unset LC_CTYPE` would do it twice.) The code is read into REPLY, local
-# too (a read into a name would trim it by IFS, and a temporary IFS= costs about as much as a
-# locale switch). A read stops at a NUL byte, which bash cannot store: it is consumed and
-# dropped, and __sp_read_more reads the rest, so the framing stays in step. Both return
-# non-zero at EOF.
-__sp_recv() {
-    builtin local LC_CTYPE=C ${LC_ALL+LC_ALL=C} REPLY
-    builtin read -r -d '' -n "$__sp_clen" -u 10 && __sp_code=$REPLY && ((${#REPLY} == __sp_clen)) || __sp_read_more __sp_code "$__sp_clen"
-}
-__sp_recv_prelude() {
-    builtin local LC_CTYPE=C ${LC_ALL+LC_ALL=C}
-    IFS= builtin read -r -d '' -n "$__sp_plen" -u 10 __sp_prelude || return
-    ((${#__sp_prelude} == __sp_plen)) || __sp_read_more __sp_prelude "$__sp_plen"
-}
 # The options to put back for the next cell: the user's -e -u -x -v, and -E (on from the start,
 # for the ERR trap) if the user turned it off. Empty in the usual case: no `set` at all.
 __sp_opts() {
@@ -332,8 +307,8 @@ __sp_fl= __sp_tty=
 # free fds at or above 10 (closed at start). The driver reads and writes 10 and 11, and a
 # non-interactive cell runs with the loop's stdin, /dev/null, without a redirection; after the
 # cell a test (two fstat and a stat) finds whether the cell's `exec` changed 0, 3 or 4.
-# The request (see "Protocol"): the header, then the prelude and the code (see __sp_recv). The
-# header is ASCII: read in the user's locale, and split with the user's IFS when that is the
+# The request (see "Protocol"): the header, then the prelude and the code, each ending at a
+# NUL byte, each read by one mapfile (a field's one element; bash drops the NUL). The header is ASCII: read in the user's locale, and split with the user's IFS when that is the
 # default one (a temporary IFS=' ' on a read costs bash about as much as a locale switch: it
 # resets its field-splitting tables twice). A line that starts with "{" is a late tool answer:
 # skipped.
@@ -346,8 +321,8 @@ fi; do
         IFS=' ' builtin read -r -u 10 __sp_id __sp_nonce __sp_inter __sp_plen __sp_clen || break 2
     done
     __sp_prelude= __sp_code= __sp_k= __sp_int=0 __sp_f= __sp_mark=$'\036sandpit-end:'$__sp_nonce$'\036'
-    [[ $__sp_plen == 0 ]] || __sp_recv_prelude || break
-    __sp_recv || break
+    [[ $__sp_plen == 0 ]] || builtin mapfile -d '' -n 1 -u 10 __sp_prelude || break
+    builtin mapfile -d '' -n 1 -u 10 __sp_code || break
     # Only declare/typeset/local can leave variables local to the cell's function (__sp_k=k:
     # __sp_cellk saves them), only sandpit-tool calls a host tool (__sp_tool_track: the cell
     # file is kept from then on), and source/eval/. may run either (;;& tests the next pattern

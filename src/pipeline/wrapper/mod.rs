@@ -89,7 +89,11 @@ pub fn end_marker(nonce: &str) -> Vec<u8> {
     format!("\x1esandpit-end:{nonce}\x1e").into_bytes()
 }
 
-/// Encodes one request frame for fd 3.
+/// Encodes one request frame for fd 3: the header `ID NONCE INTERACTIVE PRELUDE_LEN CODE_LEN`,
+/// then the prelude and the code. For bash each field also ends at a NUL byte (after the
+/// prelude only when there is one), which the driver reads with one `mapfile -d ''`; NUL bytes
+/// in the texts are dropped first (a bash string cannot hold them, and one would end the field
+/// early), and the lengths are those of what is sent.
 pub fn encode_request(
     lang: Language,
     id: u64,
@@ -98,10 +102,17 @@ pub fn encode_request(
     input: &BTreeMap<String, serde_json::Value>,
     code: &str,
 ) -> Vec<u8> {
-    let prelude = match lang {
-        Language::Bash => bash_exports(input),
-        _ if input.is_empty() => String::new(),
-        _ => serde_json::Value::Object(input.clone().into_iter().collect()).to_string(),
+    let nul_ended = lang == Language::Bash;
+    let (prelude, code) = match lang {
+        Language::Bash => (
+            bash_exports(input).replace('\0', ""),
+            std::borrow::Cow::Owned(code.replace('\0', "")),
+        ),
+        _ if input.is_empty() => (String::new(), std::borrow::Cow::Borrowed(code)),
+        _ => (
+            serde_json::Value::Object(input.clone().into_iter().collect()).to_string(),
+            std::borrow::Cow::Borrowed(code),
+        ),
     };
     let mut frame = format!(
         "{id} {nonce} {} {} {}\n",
@@ -111,7 +122,13 @@ pub fn encode_request(
     )
     .into_bytes();
     frame.extend_from_slice(prelude.as_bytes());
+    if nul_ended && !prelude.is_empty() {
+        frame.push(0);
+    }
     frame.extend_from_slice(code.as_bytes());
+    if nul_ended {
+        frame.push(0);
+    }
     frame
 }
 
@@ -347,6 +364,22 @@ mod tests {
         let f = encode_request(Language::Python, 7, "ab", false, &input, "é=1");
         let s = String::from_utf8(f).unwrap();
         assert_eq!(s, "7 ab 0 7 4\n{\"n\":3}é=1");
+    }
+
+    #[test]
+    fn bash_fields_end_at_a_nul_and_carry_none() {
+        let none = BTreeMap::new();
+        assert_eq!(
+            encode_request(Language::Bash, 1, "ab", false, &none, "echo é"),
+            b"1 ab 0 0 7\necho \xc3\xa9\0"
+        );
+        let mut input = BTreeMap::new();
+        input.insert("A".to_string(), serde_json::json!("x\0y"));
+        let f = encode_request(Language::Bash, 2, "ab", true, &input, "a\0b");
+        assert_eq!(f, b"2 ab 1 14 2\nexport A='xy'\n\0ab\0");
+        // Only bash's fields are NUL-ended; the others keep their NULs (JSON escapes them).
+        let f = encode_request(Language::Javascript, 3, "ab", false, &none, "'\0'");
+        assert_eq!(f, b"3 ab 0 0 3\n'\0'");
     }
 
     #[test]
