@@ -84,7 +84,7 @@ use utoipa::OpenApi;
         ExecutionEnd,
         ExecutionError
     )),
-    modifiers(&BearerAuth),
+    modifiers(&BearerAuth, &AcceptedBodies),
     security(("bearer" = []))
 )]
 struct ApiDoc;
@@ -110,6 +110,32 @@ impl utoipa::Modify for BearerAuth {
     }
 }
 
+/// Narrows two request bodies to exactly what the server accepts, where the derive says more:
+/// a `Decision` variant takes no other key (`{"decision": "approve", "reason": "x"}` is a 400),
+/// and a `ToolAnswer` carries `result` or `error`, not both. A client generated from the
+/// document then cannot build a body the server refuses (schemathesis checks this).
+struct AcceptedBodies;
+
+impl utoipa::Modify for AcceptedBodies {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::schema::{AdditionalProperties, Schema};
+        use utoipa::openapi::RefOr;
+        let Some(components) = openapi.components.as_mut() else {
+            return;
+        };
+        if let Some(RefOr::T(Schema::OneOf(decision))) = components.schemas.get_mut("Decision") {
+            for variant in &mut decision.items {
+                if let RefOr::T(Schema::Object(o)) = variant {
+                    o.additional_properties = Some(Box::new(AdditionalProperties::FreeForm(false)));
+                }
+            }
+        }
+        if let Some(RefOr::T(Schema::Object(answer))) = components.schemas.get_mut("ToolAnswer") {
+            answer.max_properties = Some(1);
+        }
+    }
+}
+
 /// This document.
 #[utoipa::path(get, path = "/openapi.json", responses((status = 200, description = "OpenAPI 3.1 document")))]
 pub(super) async fn openapi_json() -> Response {
@@ -125,6 +151,16 @@ mod tests {
         let v = serde_json::to_value(ApiDoc::openapi()).unwrap();
         assert!(v["paths"]["/v1/execute"]["post"].is_object());
         assert!(v["components"]["schemas"]["ExecRequest"].is_object());
+        // Request bodies say no more than the server accepts (see AcceptedBodies).
+        let decision = v["components"]["schemas"]["Decision"]["oneOf"]
+            .as_array()
+            .expect("Decision is a oneOf");
+        assert_eq!(decision.len(), 3, "{decision:?}");
+        assert!(
+            decision.iter().all(|d| d["additionalProperties"] == false),
+            "{decision:?}"
+        );
+        assert_eq!(v["components"]["schemas"]["ToolAnswer"]["maxProperties"], 1);
         // The event stream is described, so generated clients can stream.
         let ok = &v["paths"]["/v1/execute"]["post"]["responses"]["200"]["content"];
         assert!(ok["text/event-stream"]["schema"].is_object(), "{ok}");
