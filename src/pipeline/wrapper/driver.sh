@@ -15,13 +15,14 @@ __sp_cell() { builtin trap '{ builtin eval "$__sp_on_err"; } 2>/dev/null' ERR; [
 # Protocol
 #   1. On start the driver writes one line on fd 4:
 #        {"ready":true,"language":"bash","version":"5.x.y","pid":N}
-#   2. Each request on fd 3 is an ASCII header line
-#        ID NONCE INTERACTIVE PRELUDE_LEN CODE_LEN\n
-#      (NONCE: 32 lowercase hex; INTERACTIVE: 0|1; lengths in bytes) followed, when
-#      PRELUDE_LEN is not 0, by the prelude (`export NAME='value'` lines, evaluated in the
-#      shell before the code) and a NUL byte, then by the code and a NUL byte. The host
-#      removes NUL bytes from both first (bash strings cannot hold them), so each field ends
-#      at its NUL and is read whole by one mapfile, whatever the locale.
+#   2. Each request on fd 3 is a fixed-width ASCII header of 56 bytes, no newline,
+#        IP NONCE ID
+#      (I: INTERACTIVE, 0|1; P: 1 when a prelude follows; NONCE: 32 lowercase hex; ID: the
+#      cell id left-aligned in 20 characters, padded with spaces), followed, when P is 1, by
+#      the prelude (`export NAME='value'` lines, evaluated in the shell before the code) and a
+#      NUL byte, then by the code and a NUL byte. The host removes NUL bytes from both first
+#      (bash strings cannot hold them), so each field ends at its NUL and is read whole by one
+#      mapfile, whatever the locale.
 #   3. The code runs in this shell, so variables, functions, options and the working
 #      directory persist.  When it ends the driver writes the end marker
 #      "\x1esandpit-end:NONCE\x1e" on fd 1 and on fd 2, then one line on fd 4:
@@ -33,8 +34,8 @@ __sp_cell() { builtin trap '{ builtin eval "$__sp_on_err"; } 2>/dev/null' ERR; [
 #   5. Host tools (see "Tool calls" in src/pipeline/wrapper/mod.rs): while a cell runs,
 #      `sandpit-tool NAME '{json}'` writes {"tool_call":{"id":N,"cell":ID,"name":...,
 #      "arguments":...}} as one line on the response channel and reads the request channel
-#      until {"tool_result":{"id":N,...}}.  A line that starts with "{" where a header is
-#      expected is a late answer: skipped.
+#      until {"tool_result":{"id":N,...}}.  A "{" where a header is expected starts a late
+#      answer: its line is skipped.
 #
 # How a cell runs
 #   - Inside the function __sp_cell (line 1), so that an interrupt can end it: the INT trap
@@ -52,9 +53,11 @@ __sp_cell() { builtin trap '{ builtin eval "$__sp_on_err"; } 2>/dev/null' ERR; [
 #     cells with stdin from /dev/null, so reads get EOF at once.  A cell's `exec` on fds 0, 3
 #     or 4 lasts until the cell ends (the driver puts back /dev/null and closes 3 and 4; an
 #     interactive cell's stdin, the terminal, is a redirection of the call); `exec >file` and
-#     other fds last, as in any shell.  After a non-interactive cell the driver reads away the
-#     ^D the host queued on the terminal for it, so that it cannot end a read in a later
-#     interactive cell.
+#     other fds last, as in any shell.  The ^D the host queues on the terminal for a
+#     non-interactive cell (for a program that opens /dev/tty) is left there: the host
+#     discards unread terminal input before every cell (`flush_terminal_input`), so it cannot
+#     end a read in a later interactive cell. (Reading it away here cost a third of a warm
+#     cell: a select and a read on the terminal, 40-50 us.)
 #   - `set -e`: a failing command ends the cell (exit status = the command's), not the
 #     session: an ERR trap (inherited into functions with set -E) unwinds like an interrupt.
 #     The option stays on for the next cell, like the other options (-u, -x, -v, pipefail).
@@ -257,14 +260,6 @@ __sp_tool_after() {
         fi
     done
 }
-# After the first ^D read away (see the loop): up to three more reads, as long as they read
-# lines (typed input) rather than the EOF.
-__sp_drain() {
-    local i
-    for i in 1 2 3; do
-        builtin read -t 0 -u 12 && builtin read -r -t 0.05 -u 12 __sp_junk || break
-    done
-}
 # The options to put back for the next cell: the user's -e -u -x -v, and -E (on from the start,
 # for the ERR trap) if the user turned it off. Empty in the usual case: no `set` at all.
 __sp_opts() {
@@ -290,8 +285,7 @@ __sp_failed() {
 builtin trap '' INT
 builtin set -E
 builtin printf '{"ready":true,"language":"bash","version":"%s","pid":%d}\n' "${BASH_VERSION%%[^0-9.]*}" "$$" >&4
-__sp_fl= __sp_tty=
-[[ ! -t 0 ]] || __sp_tty=1
+__sp_fl=
 
 # The loop keeps its work per cell small: each bash command costs it about as many
 # instructions as the whole of a trivial cell's own code (10-25K), so there are few of them:
@@ -307,20 +301,21 @@ __sp_fl= __sp_tty=
 # free fds at or above 10 (closed at start). The driver reads and writes 10 and 11, and a
 # non-interactive cell runs with the loop's stdin, /dev/null, without a redirection; after the
 # cell a test (two fstat and a stat) finds whether the cell's `exec` changed 0, 3 or 4.
-# The request (see "Protocol"): the header, then the prelude and the code, each ending at a
-# NUL byte, each read by one mapfile (a field's one element; bash drops the NUL). The header is ASCII: read in the user's locale, and split with the user's IFS when that is the
-# default one (a temporary IFS=' ' on a read costs bash about as much as a locale switch: it
-# resets its field-splitting tables twice). A line that starts with "{" is a late tool answer:
-# skipped.
-while if [[ ${IFS-$' \t\n'} == $' \t\n' ]]; then
-    builtin read -r -u 10 __sp_id __sp_nonce __sp_inter __sp_plen __sp_clen
-else
-    IFS=' ' builtin read -r -u 10 __sp_id __sp_nonce __sp_inter __sp_plen __sp_clen
-fi; do
-    while [[ $__sp_id == '{'* ]]; do
-        IFS=' ' builtin read -r -u 10 __sp_id __sp_nonce __sp_inter __sp_plen __sp_clen || break 2
-    done
-    __sp_prelude= __sp_code= __sp_k= __sp_int=0 __sp_f= __sp_mark=$'\036sandpit-end:'$__sp_nonce$'\036'
+# The request (see "Protocol"): the header's first byte, then its other 55 bytes, each by one
+# `read -N` (bash 5.1+ reads a -N count with one system call, where it reads a line byte by
+# byte so as not to read past its newline; a -N read is assigned whole, whatever IFS), then
+# the prelude and the code, each ending at a NUL byte, each read by one mapfile (a field's one
+# element; bash drops the NUL). The header is ASCII, so character offsets are byte offsets in
+# any locale. A first byte "{" starts a late tool answer: its line is skipped.
+while builtin read -r -N 1 -u 10 __sp_inter || break; do
+    if [[ $__sp_inter == '{' ]]; then
+        IFS= builtin read -r -u 10 __sp_junk
+        continue
+    fi
+    builtin read -r -N 55 -u 10 __sp_h || break
+    # One command for all the per-cell variables (bash assigns from left to right).
+    __sp_plen=${__sp_h:0:1} __sp_nonce=${__sp_h:2:32} __sp_id=${__sp_h:35} __sp_id=${__sp_id%% *} \
+        __sp_prelude= __sp_code= __sp_k= __sp_int=0 __sp_f= __sp_mark=$'\036sandpit-end:'$__sp_nonce$'\036'
     [[ $__sp_plen == 0 ]] || builtin mapfile -d '' -n 1 -u 10 __sp_prelude || break
     builtin mapfile -d '' -n 1 -u 10 __sp_code || break
     # Only declare/typeset/local can leave variables local to the cell's function (__sp_k=k:
@@ -356,14 +351,6 @@ fi; do
     builtin trap '' 2
     builtin trap - DEBUG ERR
     [[ -z $__sp_tool_track && ! -e $__sp_tool_lock && /dev/stdin -ef /dev/null && ! -e /dev/fd/3 && ! -e /dev/fd/4 ]] || __sp_after
-    # Read away the ^D the host queued on the terminal for a non-interactive cell, whose stdin
-    # was /dev/null, so that it cannot end a read in a later interactive cell. (Before the
-    # response: after it, the host may already type for the next cell.) One read in the usual
-    # case: a read that gets a line rather than the EOF goes on in __sp_drain. One read, with a
-    # short timeout, rather than a test (read -t 0) then a read: bash waits with select, which
-    # returns at once when the ^D is there; when it is not (a program of the cell read it from
-    # the terminal), the read gives up after 0.1 ms. (__sp_tty: the terminal is a terminal.)
-    [[ $__sp_inter$__sp_tty != 01 ]] || ! builtin read -r -t 0.0001 -u 12 __sp_junk || __sp_drain
     # The markers (printf of a plain %s: parsing escapes in a format costs more), the status,
     # and the response. echo of one string costs bash less than printf's parse of a long format.
     # Nothing in it can be an escape for echo (digits, hex, a status word), so xpg_echo does

@@ -7,7 +7,8 @@
 //! `$SANDPIT_CHANNELS/responses`):
 //! - fd 0/1: the session's terminal (stdin, stdout); fd 2: a separate stderr pipe;
 //! - fd 3: requests, host → driver: a header line `ID NONCE INTERACTIVE PRELUDE_LEN CODE_LEN\n`
-//!   then exactly that many bytes of prelude (`input_data`) and code;
+//!   then exactly that many bytes of prelude (`input_data`) and code (bash has a fixed-width
+//!   header and NUL-ended fields instead: see [`encode_request`]);
 //! - fd 4: responses, driver → host: one JSON line per cell, and a `ready` line at start.
 //!
 //! After a cell the driver flushes, writes the end marker `\x1esandpit-end:NONCE\x1e` on stdout
@@ -89,11 +90,16 @@ pub fn end_marker(nonce: &str) -> Vec<u8> {
     format!("\x1esandpit-end:{nonce}\x1e").into_bytes()
 }
 
-/// Encodes one request frame for fd 3: the header `ID NONCE INTERACTIVE PRELUDE_LEN CODE_LEN`,
-/// then the prelude and the code. For bash each field also ends at a NUL byte (after the
-/// prelude only when there is one), which the driver reads with one `mapfile -d ''`; NUL bytes
-/// in the texts are dropped first (a bash string cannot hold them, and one would end the field
-/// early), and the lengths are those of what is sent.
+/// Encodes one request frame for fd 3: the header `ID NONCE INTERACTIVE PRELUDE_LEN CODE_LEN\n`,
+/// then the prelude and the code.
+///
+/// Bash reads a pipe one byte per system call except for a `read -N COUNT`, so its request
+/// has a fixed-width header the driver reads with two such reads: `IP NONCE ID`, 56 ASCII
+/// bytes, where I is INTERACTIVE (0 or 1), P is 1 when a prelude follows, NONCE its 32 hex
+/// characters and ID the cell id left-aligned in 20 characters, padded with spaces (a u64 has
+/// at most 20 digits); no newline. Its prelude and code each end at a NUL byte (the prelude
+/// only when there is one), which the driver reads with one `mapfile -d ''`; NUL bytes in the
+/// texts are dropped first (a bash string cannot hold them, and one would end the field early).
 pub fn encode_request(
     lang: Language,
     id: u64,
@@ -102,17 +108,13 @@ pub fn encode_request(
     input: &BTreeMap<String, serde_json::Value>,
     code: &str,
 ) -> Vec<u8> {
-    let nul_ended = lang == Language::Bash;
-    let (prelude, code) = match lang {
-        Language::Bash => (
-            bash_exports(input).replace('\0', ""),
-            std::borrow::Cow::Owned(code.replace('\0', "")),
-        ),
-        _ if input.is_empty() => (String::new(), std::borrow::Cow::Borrowed(code)),
-        _ => (
-            serde_json::Value::Object(input.clone().into_iter().collect()).to_string(),
-            std::borrow::Cow::Borrowed(code),
-        ),
+    if lang == Language::Bash {
+        return encode_bash_request(id, nonce, interactive, input, code);
+    }
+    let prelude = if input.is_empty() {
+        String::new()
+    } else {
+        serde_json::Value::Object(input.clone().into_iter().collect()).to_string()
     };
     let mut frame = format!(
         "{id} {nonce} {} {} {}\n",
@@ -122,15 +124,41 @@ pub fn encode_request(
     )
     .into_bytes();
     frame.extend_from_slice(prelude.as_bytes());
-    if nul_ended && !prelude.is_empty() {
+    frame.extend_from_slice(code.as_bytes());
+    frame
+}
+
+/// The bash request (see [`encode_request`]).
+fn encode_bash_request(
+    id: u64,
+    nonce: &str,
+    interactive: bool,
+    input: &BTreeMap<String, serde_json::Value>,
+    code: &str,
+) -> Vec<u8> {
+    // The driver reads exactly 56 header bytes: a nonce of another length would shift the
+    // fields of this request and of every later one. new_nonce() makes 32.
+    assert_eq!(nonce.len(), 32, "a bash request needs a 32-character nonce");
+    let prelude = bash_exports(input).replace('\0', "");
+    let code = code.replace('\0', "");
+    let mut frame = format!(
+        "{}{} {nonce} {id:<20}",
+        u8::from(interactive),
+        u8::from(!prelude.is_empty())
+    )
+    .into_bytes();
+    debug_assert_eq!(frame.len(), BASH_HEADER_LEN);
+    if !prelude.is_empty() {
+        frame.extend_from_slice(prelude.as_bytes());
         frame.push(0);
     }
     frame.extend_from_slice(code.as_bytes());
-    if nul_ended {
-        frame.push(0);
-    }
+    frame.push(0);
     frame
 }
+
+/// The length of a bash request's header (`read -N 1` then `read -N 55` in `driver.sh`).
+pub const BASH_HEADER_LEN: usize = 56;
 
 /// `input_data` for bash: `export NAME='value'` lines, strings as-is, other values as JSON.
 /// Names are validated as identifiers before this point ([`crate::policy::Policy::validate`]).
@@ -367,16 +395,23 @@ mod tests {
     }
 
     #[test]
-    fn bash_fields_end_at_a_nul_and_carry_none() {
+    fn bash_headers_are_fixed_width_and_fields_end_at_a_nul() {
+        let nonce = "0123456789abcdef0123456789abcdef";
         let none = BTreeMap::new();
+        let f = encode_request(Language::Bash, 1, nonce, false, &none, "echo é");
         assert_eq!(
-            encode_request(Language::Bash, 1, "ab", false, &none, "echo é"),
-            b"1 ab 0 0 7\necho \xc3\xa9\0"
+            &f[..BASH_HEADER_LEN],
+            format!("00 {nonce} 1{}", " ".repeat(19)).as_bytes()
         );
+        assert_eq!(&f[BASH_HEADER_LEN..], b"echo \xc3\xa9\0");
         let mut input = BTreeMap::new();
         input.insert("A".to_string(), serde_json::json!("x\0y"));
-        let f = encode_request(Language::Bash, 2, "ab", true, &input, "a\0b");
-        assert_eq!(f, b"2 ab 1 14 2\nexport A='xy'\n\0ab\0");
+        let f = encode_request(Language::Bash, u64::MAX, nonce, true, &input, "a\0b");
+        assert_eq!(
+            &f[..BASH_HEADER_LEN],
+            format!("11 {nonce} {}", u64::MAX).as_bytes()
+        );
+        assert_eq!(&f[BASH_HEADER_LEN..], b"export A='xy'\n\0ab\0");
         // Only bash's fields are NUL-ended; the others keep their NULs (JSON escapes them).
         let f = encode_request(Language::Javascript, 3, "ab", false, &none, "'\0'");
         assert_eq!(f, b"3 ab 0 0 3\n'\0'");
