@@ -245,8 +245,6 @@ async fn serve(
 /// Entry point of the `sandpit` binary.
 pub fn main() -> ExitCode {
     crate::util::timing::mark("sandpit starts");
-    // The redaction patterns compile (4.5 ms) beside what follows, not before it.
-    crate::pipeline::redact::prewarm();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {

@@ -16,6 +16,7 @@
 //! plugs into `tracing_subscriber::fmt` so log lines are redacted too. Design notes and the
 //! measured false-positive rate: `docs/redaction.md`.
 
+mod gate;
 mod patterns;
 mod stream;
 mod writer;
@@ -24,7 +25,6 @@ mod writer;
 mod tests;
 
 pub use crate::policy::pipeline::RedactionConfig;
-pub use patterns::prewarm;
 pub use stream::StreamRedactor;
 pub use writer::{RedactingStderr, RedactingWriter};
 

@@ -239,8 +239,9 @@ pub(crate) struct Literals {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Engine {
     pub literals: Option<Literals>,
-    /// The built-in rules, taken when first needed ([`builtins`]), not at construction: their
-    /// compile (4.5 ms) then overlaps the sandbox's start ([`prewarm`]) instead of preceding it.
+    /// The built-in rules, compiled when first needed ([`builtins`]), not at construction: only
+    /// for a text the gate lets through ([`super::gate`]), which ordinary output never is, so
+    /// most processes never pay their compile (4.5 ms of CPU).
     pub builtin: bool,
     /// Rules of the engine's own (tests): used where `builtin` is off.
     pub rules: Vec<Rule>,
@@ -359,17 +360,8 @@ pub(crate) fn load(toml_text: &str) -> Result<(PatternFile, Builtins), RedactErr
     Ok((file, out))
 }
 
-/// Compiles the built-in rules on a thread of their own, so the first redaction finds them
-/// ready (`sandpit run` calls this first thing: the compile then overlaps the sandbox's start).
-pub fn prewarm() {
-    let _ = std::thread::Builder::new()
-        .name("sandpit-redact-prewarm".into())
-        .spawn(|| {
-            let _ = builtins();
-        });
-}
-
-/// The built-in rules, compiled on first use (or by [`prewarm`]). They are a constant of the
+/// The built-in rules, compiled on first use: for the first text the gate lets through
+/// ([`super::gate`]). They are a constant of the
 /// build (profiles/redaction.toml, included at compile time), so whether they compile is
 /// decided by the build, not the host, and the unit tests (`builtin_examples`,
 /// `builtins_compile`) prove it for every build. Were it ever not so, redaction fails closed:
@@ -395,6 +387,17 @@ pub(crate) fn builtins() -> Result<&'static Builtins, RedactError> {
         })
         .as_ref()
         .map_err(|e| RedactError::PatternFile(e.clone()))
+}
+
+/// Whether any built-in pattern matches anywhere in `text`, accepted as a secret or not: a line
+/// rule, a block's header or a partial header (the gate's soundness test).
+#[cfg(test)]
+pub(crate) fn any_builtin_match(text: &[u8]) -> bool {
+    let b = builtins().expect("the built-in patterns compile");
+    b.rules.iter().any(|r| r.regex.is_match(text))
+        || b.blocks
+            .iter()
+            .any(|r| r.begin.is_match(text) || r.hold.is_match(text))
 }
 
 impl Literals {
@@ -492,6 +495,9 @@ impl Engine {
                 pos = m.start() + 1;
             }
         }
+        if self.builtin && !super::gate::may_match(text) {
+            return;
+        }
         let Some(rules) = self.rules() else {
             masks.push(0..text.len());
             return;
@@ -513,6 +519,9 @@ impl Engine {
     /// end has not arrived, or whose confirmation cannot be decided yet).
     pub(crate) fn scan_blocks(&self, text: &[u8], finished: bool) -> BlockScan {
         let mut scan = BlockScan::default();
+        if self.builtin && !super::gate::may_match(text) {
+            return scan;
+        }
         for (index, rule) in self.blocks().iter().enumerate() {
             let mut pos = 0;
             while pos < text.len() {
@@ -554,6 +563,9 @@ impl Engine {
 
     /// Start of an unfinished block header at the very end of `text` (`-----BEGIN RSA PRI`).
     pub(crate) fn partial_header_start(&self, text: &[u8]) -> Option<usize> {
+        if self.builtin && !super::gate::may_match(text) {
+            return None;
+        }
         self.blocks()
             .iter()
             .filter_map(|r| r.hold.find(text).map(|m| m.start()))
