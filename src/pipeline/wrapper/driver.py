@@ -129,25 +129,22 @@ def _driver():
     MAX_KEPT_SOURCE = 1 << 20  # cells larger than this are not kept for tracebacks
     # Address space held back for reporting a MemoryError: a cell that fills the memory limit
     # keeps its data in the globals, and describing the error (importing traceback, formatting
-    # it) then needs a few MB. An anonymous mapping nobody touches: it counts against the
-    # address-space limit but costs no memory. Released when a cell ends in MemoryError, taken
-    # again before the next cell (if there is room by then).
+    # it) then needs a few MB. bytes(n) comes from calloc, whose large blocks are fresh zero
+    # pages nobody touches: it counts against the address-space limit but costs no memory (and
+    # no import: mmap's took 0.2-0.7 ms of a session's first cell). Released when a cell ends
+    # in MemoryError, taken again before the next cell (if there is room by then). Not under
+    # WASI, whose linear memory only grows.
     memory_reserve = []
-    no_mmap = []  # mmap does not exist here (WASI): not looked for again
 
     def take_memory_reserve():
-        if not memory_reserve and not no_mmap:
+        if not memory_reserve and not wasi:
             try:
-                import mmap
-                memory_reserve.append(mmap.mmap(-1, 8 << 20))
-            except ImportError:
-                no_mmap.append(True)
-            except (OSError, MemoryError):
+                memory_reserve.append(bytes(8 << 20))
+            except MemoryError:
                 pass
 
     def release_memory_reserve():
-        while memory_reserve:
-            memory_reserve.pop().close()
+        del memory_reserve[:]
     CO_COROUTINE = 0x80  # inspect.CO_COROUTINE
     TOP_LEVEL_AWAIT = 0x2000  # ast.PyCF_ALLOW_TOP_LEVEL_AWAIT (stable since 3.8; ast costs ~2 ms)
     import _ast  # the C module behind `ast`: node classes and PyCF_ONLY_AST, without enum
