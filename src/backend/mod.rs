@@ -209,18 +209,33 @@ pub fn argv(interpreter: &std::path::Path, spec: &LaunchSpec) -> Vec<String> {
         .collect()
 }
 
-/// The driver arguments for a host interpreter (linux and unsandboxed; macOS, which also runs
-/// the host's own, still passes the source: untested there): Python's driver precompiled by that interpreter where it can be
-/// (`pipeline::wrapper::precompiled`, 7 ms less per start), else the spec's.
-pub fn host_driver_args(interpreter: &std::path::Path, spec: &LaunchSpec) -> Vec<String> {
+/// How a host interpreter starts the session's driver: its arguments after the interpreter,
+/// and bytes the host writes on the request channel before any request (empty: none).
+#[derive(Debug, Clone, Default)]
+pub struct HostDriver {
+    pub args: Vec<String>,
+    pub preamble: Vec<u8>,
+}
+
+/// The driver for a host interpreter (linux and unsandboxed; macOS, which also runs the host's
+/// own, still passes the source: untested there): Python's driver precompiled by that
+/// interpreter where it can be (`pipeline::wrapper::precompiled`, 7 ms less per start; its
+/// code object is the preamble), else the spec's arguments.
+pub fn host_driver(interpreter: &std::path::Path, spec: &LaunchSpec) -> HostDriver {
     if spec.language == Language::Python {
-        if let Some(args) =
-            crate::pipeline::wrapper::precompiled::python_driver_args(interpreter, &spec.state_dir)
+        if let Some(d) =
+            crate::pipeline::wrapper::precompiled::python_driver(interpreter, &spec.state_dir)
         {
-            return args;
+            return HostDriver {
+                args: d.args,
+                preamble: d.preamble,
+            };
         }
     }
-    spec.driver_args.clone()
+    HostDriver {
+        args: spec.driver_args.clone(),
+        preamble: Vec::new(),
+    }
 }
 
 /// The environment every sandbox starts with (`interface.md` §2): `PATH HOME TMPDIR LANG TERM

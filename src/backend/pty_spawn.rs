@@ -93,6 +93,27 @@ pub struct PreExec {
     pub rlimits: Vec<(rlimit::Resource, u64)>,
 }
 
+/// Writes `preamble` on a started sandbox's request channel, before any request (the Python
+/// driver's code object: `pipeline::wrapper::precompiled`). Awaited, so a pipe smaller than the
+/// preamble (a user over `fs.pipe-user-pages-soft` gets one page) waits for the interpreter to
+/// read it rather than blocking a thread, for as long as an interpreter has to start. A failed
+/// write is only logged: the sandbox has ended (or never read), and waiting for its driver's
+/// ready line reports why.
+pub async fn send_preamble(launched: &mut Launched, preamble: &[u8]) {
+    use tokio::io::AsyncWriteExt;
+    if preamble.is_empty() {
+        return;
+    }
+    let write = launched.requests.write_all(preamble);
+    match tokio::time::timeout(crate::session::START_TIMEOUT, write).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "the driver's preamble could not be written: the sandbox ended")
+        }
+        Err(_) => tracing::debug!("the sandbox did not read the driver's preamble"),
+    }
+}
+
 /// Spawns `program` as a session leader on a new PTY with the session channels.
 /// Call from within the tokio runtime (a worker thread, not `spawn_blocking`: the child's
 /// parent-death signal follows the spawning thread).

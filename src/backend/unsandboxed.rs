@@ -30,6 +30,8 @@ impl Drop for TempDir {
 /// The host interpreter started in the session's workspace with the clean environment.
 struct UnsandboxedPlan {
     program: super::pty_spawn::Program,
+    /// Written on the request channel before any request (`backend::HostDriver`).
+    preamble: Vec<u8>,
     workspace: PathBuf,
     dirs: TempDir,
 }
@@ -47,11 +49,12 @@ impl Plan for UnsandboxedPlan {
     fn spawn(self: Box<Self>) -> BoxFuture<'static, Result<Launched>> {
         let UnsandboxedPlan {
             program,
+            preamble,
             workspace,
             dirs,
         } = *self;
         Box::pin(async move {
-            super::pty_spawn::spawn(
+            let mut launched = super::pty_spawn::spawn(
                 program,
                 super::pty_spawn::Extras {
                     place: None,
@@ -62,7 +65,9 @@ impl Plan for UnsandboxedPlan {
                     // No limit of any kind applies here, the disk cap included.
                     disk: None,
                 },
-            )
+            )?;
+            super::pty_spawn::send_preamble(&mut launched, &preamble).await;
+            Ok(launched)
         })
     }
 }
@@ -99,16 +104,15 @@ impl super::Backend for UnsandboxedBackend {
                 &workspace.display().to_string(),
                 spec,
             );
-            let argv = std::iter::once(interpreter.display().to_string())
-                .chain(super::host_driver_args(&interpreter, spec))
-                .collect::<Vec<_>>();
+            let driver = super::host_driver(&interpreter, spec);
             Ok(Box::new(UnsandboxedPlan {
                 program: super::pty_spawn::Program {
                     path: interpreter,
-                    args: argv[1..].to_vec(),
+                    args: driver.args,
                     env,
                     cwd: Some(workspace.clone()),
                 },
+                preamble: driver.preamble,
                 workspace,
                 dirs,
             }) as Box<dyn Plan>)

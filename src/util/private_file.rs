@@ -9,6 +9,11 @@ use std::path::Path;
 
 /// The file's text, if it is a regular file of ours that only we may write.
 pub fn read_own(file: &Path) -> Option<String> {
+    String::from_utf8(read_own_bytes(file)?).ok()
+}
+
+/// The file's bytes, if it is a regular file of ours that only we may write.
+pub fn read_own_bytes(file: &Path) -> Option<Vec<u8>> {
     let mut f = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW)
@@ -18,14 +23,19 @@ pub fn read_own(file: &Path) -> Option<String> {
     if !m.is_file() || m.uid() != super::euid() || m.mode() & 0o022 != 0 {
         return None;
     }
-    let mut text = String::new();
-    f.read_to_string(&mut text).ok()?;
-    Some(text)
+    let mut bytes = Vec::with_capacity(m.len() as usize);
+    f.read_to_end(&mut bytes).ok()?;
+    Some(bytes)
 }
 
 /// Writes `text` to `file` (mode 0600), creating its directory (0700) inside a parent that
 /// must already exist and be ours: nothing is made anywhere else.
 pub fn write_own(file: &Path, text: &str) -> std::io::Result<()> {
+    write_own_bytes(file, text.as_bytes())
+}
+
+/// [`write_own`] of bytes.
+pub fn write_own_bytes(file: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let ours = |p: &Path| {
         std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir() && m.uid() == super::euid())
     };
@@ -51,7 +61,7 @@ pub fn write_own(file: &Path, text: &str) -> std::io::Result<()> {
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW)
         .open(&tmp)
-        .and_then(|mut f| f.write_all(text.as_bytes()).and_then(|_| f.sync_all()))
+        .and_then(|mut f| f.write_all(bytes).and_then(|_| f.sync_all()))
         .and_then(|_| std::fs::rename(&tmp, file));
     if written.is_err() {
         let _ = std::fs::remove_file(&tmp);

@@ -667,6 +667,7 @@ impl LinuxBackend {
         if !missing.is_empty() {
             return Err(LinuxError::Required(require_refusal(&missing)).into());
         }
+        let driver = crate::backend::host_driver(&interpreter, spec);
         let facts = HostFacts {
             is_root,
             uid,
@@ -682,7 +683,7 @@ impl LinuxBackend {
             } else {
                 0
             },
-            driver_args: Some(crate::backend::host_driver_args(&interpreter, spec)),
+            driver_args: Some(driver.args),
             interpreter,
         };
         if !ns.ok && facts.landlock_abi == 0 {
@@ -693,6 +694,7 @@ impl LinuxBackend {
             guard,
             facts,
             disk,
+            driver_preamble: driver.preamble,
         })
     }
 
@@ -738,7 +740,13 @@ impl super::Plan for Planned {
     }
 
     fn spawn(self: Box<Self>) -> BoxFuture<'static, Result<Launched>> {
-        Box::pin(async move { self.spawn_now() })
+        Box::pin(async move {
+            let mut planned = *self;
+            let preamble = std::mem::take(&mut planned.prepared.driver_preamble);
+            let mut launched = planned.spawn_now()?;
+            super::pty_spawn::send_preamble(&mut launched, &preamble).await;
+            Ok(launched)
+        })
     }
 }
 
@@ -814,6 +822,8 @@ struct Prepared {
     guard: SessionGuard,
     facts: HostFacts,
     disk: super::disk::DiskCap,
+    /// Written on the request channel once the helper may proceed (`backend::HostDriver`).
+    driver_preamble: Vec<u8>,
 }
 
 /// The session's directories, `<state>/sessions/<name>/{workspace,tmp,home,root}` (the

@@ -32,7 +32,7 @@ pub struct HostFacts {
     /// The host interpreter for the spec's language (the policy's `[interpreters]`).
     pub interpreter: PathBuf,
     /// The driver arguments for that interpreter when they differ from the spec's (Python's
-    /// precompiled driver: `backend::host_driver_args`).
+    /// precompiled driver: `backend::host_driver`; its preamble stays with the host).
     pub driver_args: Option<Vec<String>>,
 }
 

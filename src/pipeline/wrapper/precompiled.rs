@@ -1,9 +1,17 @@
 //! The Python driver, compiled once per host interpreter. `python3 -c SOURCE` compiles the
 //! driver's 700 lines at every start (7 ms here: a third of a sandbox's start-up, and most of
-//! what a session costs beyond a bare `python3 -c pass`); a code object loads in 0.1 ms. So the
-//! backends that run the host's own interpreter (linux, unsandboxed, macos) start it with
-//! [`python_driver_args`]: a few lines that check the interpreter's bytecode magic number and
-//! `exec` the driver from `marshal`, compiled beforehand by that same interpreter.
+//! what a session costs beyond a bare `python3 -c pass`); a code object loads in 0.2 ms. So the
+//! backends that run the host's own interpreter (linux, unsandboxed) start it with
+//! [`python_driver`]: a `-c` program of a few lines that checks the interpreter's bytecode
+//! magic number, reads the driver's code object (`marshal`, compiled beforehand by that same
+//! interpreter) from the request channel, where the host writes it before any request, and
+//! `exec`s it.
+//!
+//! The code object travels on the request channel, not in the arguments: a 48 KB argument (the
+//! code in base64, as it was first) cost the interpreter 1.3-1.7 ms more to start than this
+//! (the kernel copies it, Python decodes it from the locale and compiles it as a literal), and
+//! sandpit copied it four times on the way (the helper's plan, its JSON, the helper's parse,
+//! the exec).
 //!
 //! The compiled form is cached in the state directory (`drivers/`, mode 0700, files 0600,
 //! `util::private_file`), one
@@ -22,44 +30,67 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Prints the interpreter's bytecode magic number (hex) on one line, then the driver read from
-/// stdin, compiled as `<string>` (what `python -c` calls it: the driver recognises its own
-/// frames by that name) and marshalled, in base64 on one line.
-const COMPILER: &str = "import sys, marshal, binascii, importlib.util as u\n\
-sys.stdout.write(u.MAGIC_NUMBER.hex() + '\\n')\n\
+/// Prints the interpreter's bytecode magic number (hex) and a newline, then the driver read
+/// from stdin, compiled as `<string>` (what `python -c` calls it: the driver recognises its
+/// own frames by that name) and marshalled.
+const COMPILER: &str = "import sys, marshal, importlib.util as u\n\
 code = compile(sys.stdin.read(), '<string>', 'exec')\n\
-sys.stdout.write(binascii.b2a_base64(marshal.dumps(code), newline=False).decode() + '\\n')\n";
+sys.stdout.buffer.write(u.MAGIC_NUMBER.hex().encode() + b'\\n' + marshal.dumps(code))\n";
 
 /// How long the one-off compile may take before sandpit gives up on it.
 const COMPILE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The arguments (after the interpreter) that start the Python driver from its compiled form,
-/// or `None` when there is none and none can be made (the caller then passes the source).
-pub fn python_driver_args(interpreter: &Path, state_dir: &Path) -> Option<Vec<String>> {
+/// The request channel's descriptor in the driver (`pipeline::wrapper`: requests on fd 3).
+const REQUEST_FD: u32 = 3;
+
+/// The Python driver in its compiled form: the interpreter's arguments, and what the host
+/// writes on the request channel before the first request (the code object they read).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompiledDriver {
+    pub args: Vec<String>,
+    pub preamble: Vec<u8>,
+}
+
+/// The compiled driver for `interpreter`, or `None` when there is none and none can be made
+/// (the caller then passes the source).
+pub fn python_driver(interpreter: &Path, state_dir: &Path) -> Option<CompiledDriver> {
     let dir = state_dir.join("drivers");
     let file = dir.join(format!("python-{:016x}", key(interpreter)?));
-    let cached = match read_cached(&file) {
+    let mut cached = match read_cached(&file) {
         Some(c) => c,
         None => {
             let made = compile(interpreter)?;
-            if let Err(e) = crate::util::private_file::write_own(&file, &made) {
+            if let Err(e) = crate::util::private_file::write_own_bytes(&file, &made) {
                 tracing::debug!(error = %e, dir = %dir.display(), "the compiled Python driver could not be cached");
             }
             made
         }
     };
     let (magic, code) = parse(&cached)?;
-    Some(vec!["-I".into(), "-c".into(), bootstrap(magic, code)])
+    let args = vec!["-I".into(), "-c".into(), bootstrap(magic, code.len())];
+    let header = cached.len() - code.len();
+    cached.drain(..header);
+    Some(CompiledDriver {
+        args,
+        preamble: cached,
+    })
 }
 
-/// The `-c` program: check the magic number, load the code, forget the names, run it.
-fn bootstrap(magic: &str, code: &str) -> String {
+/// The `-c` program: check the magic number, read the code object (`len` bytes) from the
+/// request channel, forget the names, run it.
+fn bootstrap(magic: &str, len: usize) -> String {
     format!(
-        "import _frozen_importlib_external as _e, marshal as _m, binascii as _b\n\
+        "import _frozen_importlib_external as _e, marshal as _m, os as _o\n\
 if _e.MAGIC_NUMBER.hex() != '{magic}':\n    \
 raise SystemExit('sandpit: the compiled driver is not for this Python (remove the drivers directory of the state directory)')\n\
-_c = _m.loads(_b.a2b_base64(b'{code}'))\n\
-del _e, _m, _b\n\
+_d = b''\n\
+while len(_d) < {len}:\n    \
+_x = _o.read({REQUEST_FD}, {len} - len(_d))\n    \
+if not _x:\n        \
+raise SystemExit('sandpit: the driver ended early on the request channel')\n    \
+_d += _x\n\
+_c = _m.loads(_d)\n\
+del _e, _m, _o, _d, _x\n\
 exec(_c)\n"
     )
 }
@@ -76,27 +107,26 @@ fn key(interpreter: &Path) -> Option<u64> {
     Some(h.finish())
 }
 
-/// The two lines (magic, base64 code), checked for shape: hex, then base64 only.
-fn parse(text: &str) -> Option<(&str, &str)> {
-    let mut lines = text.lines();
-    let magic = lines.next()?;
-    let code = lines.next()?;
-    let hex =
-        !magic.is_empty() && magic.len() <= 16 && magic.bytes().all(|b| b.is_ascii_hexdigit());
-    let b64 = !code.is_empty()
-        && code
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/' || b == b'=');
-    (hex && b64 && lines.next().is_none()).then_some((magic, code))
+/// The magic number (hex, one line) and the marshalled code object after it, checked for
+/// shape: the magic goes into the `-c` program, so it must be hex; the code must be a
+/// marshalled code object (its first byte: `TYPE_CODE`, with or without `FLAG_REF`).
+fn parse(bytes: &[u8]) -> Option<(&str, &[u8])> {
+    let newline = bytes.iter().position(|&b| b == b'\n')?;
+    let (magic, code) = (&bytes[..newline], &bytes[newline + 1..]);
+    let hex = !magic.is_empty() && magic.len() <= 16 && magic.iter().all(u8::is_ascii_hexdigit);
+    let code_object = matches!(code.first(), Some(b'c' | 0xe3));
+    (hex && code_object)
+        .then(|| std::str::from_utf8(magic).ok().map(|m| (m, code)))
+        .flatten()
 }
 
 /// A cached form: a file of ours no one else may write, of the right shape.
-fn read_cached(file: &Path) -> Option<String> {
-    crate::util::private_file::read_own(file).filter(|t| parse(t).is_some())
+fn read_cached(file: &Path) -> Option<Vec<u8>> {
+    crate::util::private_file::read_own_bytes(file).filter(|b| parse(b).is_some())
 }
 
-/// Runs the interpreter on the compiler with the driver on stdin; its two lines.
-fn compile(interpreter: &Path) -> Option<String> {
+/// Runs the interpreter on the compiler with the driver on stdin; what it printed.
+fn compile(interpreter: &Path) -> Option<Vec<u8>> {
     let started = Instant::now();
     let mut child = Command::new(interpreter)
         .args(["-I", "-S", "-c", COMPILER])
@@ -110,8 +140,8 @@ fn compile(interpreter: &Path) -> Option<String> {
     let writer = std::thread::spawn(move || stdin.write_all(super::PYTHON_DRIVER.as_bytes()));
     let mut stdout = child.stdout.take()?;
     let reader = std::thread::spawn(move || {
-        let mut out = String::new();
-        stdout.read_to_string(&mut out).map(|_| out)
+        let mut out = Vec::new();
+        stdout.read_to_end(&mut out).map(|_| out)
     });
     let status = loop {
         match child.try_wait() {
@@ -142,21 +172,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_two_well_formed_lines_are_a_compiled_form() {
-        assert_eq!(parse("a70d0d0a\nYWJj\n"), Some(("a70d0d0a", "YWJj")));
-        assert_eq!(parse("a70d0d0a\nYWJj"), Some(("a70d0d0a", "YWJj")));
+    fn only_a_hex_magic_line_and_a_code_object_are_a_compiled_form() {
         assert_eq!(
-            parse("a70d\nYW'Jj\n"),
-            None,
-            "a quote could end the literal"
+            parse(b"a70d0d0a\n\xe3\x00\x01"),
+            Some(("a70d0d0a", &b"\xe3\x00\x01"[..]))
         );
-        assert_eq!(parse("xyz\nYWJj\n"), None);
-        assert_eq!(parse("a70d\n"), None);
-        assert_eq!(parse("a70d\nYWJj\nmore\n"), None);
+        assert_eq!(parse(b"a70d0d0a\nc\n"), Some(("a70d0d0a", &b"c\n"[..])));
+        assert_eq!(parse(b"a70d'\n\xe3"), None, "a quote could end the literal");
+        assert_eq!(parse(b"xyz\n\xe3"), None);
+        assert_eq!(parse(b"a70d\n"), None, "no code");
+        assert_eq!(parse(b"a70d\nYWJj"), None, "not a code object");
+        assert_eq!(parse(b"a70d0d0a\xe3"), None, "no magic line");
+        assert_eq!(parse(b"0123456789abcdef0\n\xe3"), None, "too long a magic");
     }
 
-    /// The real interpreter, end to end: the compiled driver starts, says it is ready on fd 4,
-    /// and a second call reads the cache instead of compiling again.
+    /// The `-c` program stays small whatever the driver's size: the code object is not in it.
+    #[test]
+    fn the_bootstrap_names_the_length_and_not_the_code() {
+        let b = bootstrap("a70d0d0a", 36_000);
+        assert!(b.contains("!= 'a70d0d0a'"), "{b}");
+        assert!(b.contains("_o.read(3, 36000 - len(_d))"), "{b}");
+        assert!(b.len() < 600, "{} bytes", b.len());
+    }
+
+    /// The real interpreter, end to end: the compiled driver starts from the preamble on its
+    /// request channel, says it is ready on fd 4, and a second call reads the cache instead
+    /// of compiling again.
     #[test]
     fn the_compiled_driver_starts_and_is_cached() {
         let python = Path::new("/usr/bin/python3");
@@ -165,7 +206,7 @@ mod tests {
             return;
         }
         let state = tempfile::tempdir().unwrap();
-        let args = python_driver_args(python, state.path()).expect("a compiled driver");
+        let driver = python_driver(python, state.path()).expect("a compiled driver");
         let cached: Vec<_> = std::fs::read_dir(state.path().join("drivers"))
             .unwrap()
             .map(|e| e.unwrap().path())
@@ -173,26 +214,45 @@ mod tests {
         assert_eq!(cached.len(), 1, "{cached:?}");
         let mode = std::fs::metadata(&cached[0]).unwrap().mode() & 0o777;
         assert_eq!(mode, 0o600);
-        assert_eq!(python_driver_args(python, state.path()), Some(args.clone()));
+        assert_eq!(python_driver(python, state.path()), Some(driver.clone()));
+        assert!(driver.args.iter().map(String::len).sum::<usize>() < 1000);
 
-        // fd 3: no requests (EOF ends the driver); fd 4: its ready line.
+        // fd 3: the preamble, then no requests (EOF ends the driver); fd 4: its ready line.
+        let requests = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(requests.path(), &driver.preamble).unwrap();
         let responses = tempfile::NamedTempFile::new().unwrap();
-        let script = format!(
-            "exec 3</dev/null 4>{}; exec \"$0\" \"$@\"",
-            responses.path().display()
+        let run = |requests: &Path| {
+            let script = format!(
+                "exec 3<{} 4>{}; exec \"$0\" \"$@\"",
+                requests.display(),
+                responses.path().display()
+            );
+            let status = Command::new("/bin/sh")
+                .arg("-c")
+                .arg(script)
+                .arg(python)
+                .args(&driver.args)
+                .env_clear()
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .output()
+                .unwrap();
+            let ready = std::fs::read_to_string(responses.path()).unwrap();
+            (status, ready)
+        };
+        let (out, ready) = run(requests.path());
+        assert!(ready.starts_with("{\"ready\":true"), "{out:?} {ready:?}");
+
+        // A preamble cut short: the interpreter says why and exits, nothing runs.
+        std::fs::write(requests.path(), &driver.preamble[..100]).unwrap();
+        let (out, ready) = run(requests.path());
+        assert!(!out.status.success());
+        assert_eq!(ready, "");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("the driver ended early on the request channel"),
+            "{err}"
         );
-        let status = Command::new("/bin/sh")
-            .arg("-c")
-            .arg(script)
-            .arg(python)
-            .args(&args)
-            .env_clear()
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .unwrap();
-        let ready = std::fs::read_to_string(responses.path()).unwrap();
-        assert!(ready.starts_with("{\"ready\":true"), "{status:?} {ready:?}");
     }
 }
