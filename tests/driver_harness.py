@@ -649,6 +649,27 @@ def exception_shape_py(lang):
           "a function from an earlier cell shows its own source", ex)
 
 
+@test("python")
+def cell_sources_without_linecache_py(lang):
+    """Cell sources reach linecache only once something imports it (it costs ~4 ms), then in
+    full: tracebacks of a fresh session's first cell, inspect.getsource of an earlier cell's
+    function and of the running cell's own."""
+    s = fresh(lang)
+    expect_ok(run(s, "def earlier():\n    return 'from the first cell'"))
+    r = run(s, "import sys\nresult = 'linecache' in sys.modules")
+    check(r["response"]["result"] is False, "plain cells leave linecache unimported", r)
+    r = run(s, "import inspect\ndef here():\n    return 2\nresult = [inspect.getsource(earlier), inspect.getsource(here)]")
+    check(r["response"]["result"] == ["def earlier():\n    return 'from the first cell'", "def here():\n    return 2\n"],
+          "inspect.getsource of an earlier cell's function and of the running cell's", r)
+    r = run(s, "import linecache, sys\nresult = [type(f).__name__ for f in sys.meta_path if 'Linecache' in type(f).__name__] + [type(linecache.__loader__).__name__, type(linecache.__spec__.loader).__name__]")
+    check(r["response"]["result"] == ["SourceFileLoader", "SourceFileLoader"], "the finder is gone and linecache has its own loader", r)
+    r = run(s, "x = 1\nraise ValueError('after linecache')")
+    check("raise ValueError('after linecache')" in r["response"]["exception"]["traceback"], "a later cell's traceback has its source", r)
+    s = fresh(lang)
+    r = run(s, "x = 1\ny = x / 0")
+    check("y = x / 0" in r["response"]["exception"]["traceback"], "a first cell's traceback has its source", r)
+
+
 @test("javascript")
 def exception_shape_js(lang):
     s = session(lang)
@@ -794,12 +815,12 @@ def stdin_interactive(lang):
 def stale_eof_does_not_reach_interactive_cell(lang):
     """The ^D queued for a non-interactive cell that did not read stdin must not end a later
     interactive read. The host discards unread terminal input before every cell
-    (src/session/mod.rs, send_cell), which is all the bash driver relies on; the Python driver
-    also reads the ^D away itself, so for it the test runs without that flush too."""
+    (src/session/mod.rs, send_cell), which is all the drivers rely on (the test fails without
+    that flush)."""
     s = session(lang)
     expect_ok(run(s, {"python": "pass", "bash": ":"}[lang]))
     r = run(s, {"python": "result = input()", "bash": "read -r x; echo \"got $x\""}[lang],
-            interactive=True, typed=b"typed\n", flush=lang == "bash", timeout=10)
+            interactive=True, typed=b"typed\n", flush=True, timeout=10)
     check(r["response"]["result"] == "typed" or r["stdout"] == "got typed\n", "the interactive read gets the typed line", r)
 
 

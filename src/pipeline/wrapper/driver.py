@@ -58,7 +58,8 @@
 #   - sys.exit(n) ends the cell with exit_code n (status "ok" for 0), not the session.
 #   - Cells may use top-level `await` (run on one persistent asyncio event loop).
 #   - Tracebacks name cells "<cell-ID>"; the source (of cells up to 1 MiB) is kept in
-#     linecache, so tracebacks and inspect.getsource() show the lines of any earlier cell.
+#     linecache, so tracebacks and inspect.getsource() show the lines of any cell, the
+#     running one included.
 #   - `import sandpit_tools` (a module this driver registers): call(name, {...}) and one
 #     function per tool named in $SANDPIT_TOOLS return the tool's result or raise
 #     sandpit_tools.ToolError.  Calls from any thread of the cell are serialized; the cell's
@@ -71,14 +72,14 @@
 
 def _driver():
     # Start-up cost is every session's cold start: only C-level modules here. json (with re
-    # and enum, ~10 ms) loads on first use; linecache (with tokenize and re) once a cell runs.
+    # and enum, ~10 ms) loads on first use; linecache (with tokenize and re) only when something
+    # imports it.
     import os
     import sys
     import _signal as signal  # the C module behind `signal`, without its enum wrappers
 
     ModuleType = type(sys)  # types.ModuleType, without importing types (0.2 ms)
     wasi = sys.platform == "wasi"
-    termios = None  # imported after the ready line (below); none under WASI (no terminal)
     channels = os.environ.get("SANDPIT_CHANNELS")
     if channels:
         request_fd = os.open(channels + "/requests", os.O_RDONLY)
@@ -399,23 +400,69 @@ def _driver():
     loop = None  # the asyncio event loop for cells with top-level await, made on first use
     tb_module = None
 
-    # Cell sources go to linecache (for tracebacks and inspect.getsource) off the critical
-    # path: after the response, or before formatting a traceback. linecache imports re.
+    # Cell sources go to linecache (for tracebacks and inspect.getsource, in the same cell too)
+    # without importing it: linecache imports tokenize and re (~4 ms), which a session whose
+    # cells neither fail nor inspect never needs. Until something imports linecache (a
+    # traceback, inspect, the cell itself), the sources wait here; a finder first on
+    # sys.meta_path, for that one import, fills its cache as it loads. From then on each cell's
+    # source goes straight into the cache.
     pending_sources = {}
 
-    def keep_sources():
-        if pending_sources:
-            import linecache
+    def add_sources(cache):
+        for name, code in pending_sources.items():
+            cache[name] = (len(code), None, code.splitlines(True), name)
+        pending_sources.clear()
 
-            for name, code in pending_sources.items():
-                linecache.cache[name] = (len(code), None, code.splitlines(True), name)
-            pending_sources.clear()
+    def flush_sources():
+        """The pending sources into linecache, if it came in some way the finder did not see."""
+        linecache = sys.modules.get("linecache")
+        if linecache is not None and pending_sources:
+            add_sources(linecache.cache)
+        return linecache
+
+    def keep_source(name, code):
+        linecache = flush_sources()
+        if linecache is None:
+            pending_sources[name] = code
+        else:
+            linecache.cache[name] = (len(code), None, code.splitlines(True), name)
+
+    class SourcesIntoLinecache:
+        """Loads linecache with the pending sources added, through whichever finder has it."""
+        real = None
+
+        def find_spec(self, name, path=None, target=None):
+            if name != "linecache":
+                return None
+            sys.meta_path.remove(self)
+            for finder in sys.meta_path:
+                find = getattr(finder, "find_spec", None)
+                spec = find(name, path, target) if find is not None else None
+                if spec is not None:
+                    break
+            else:
+                return None
+            if spec.loader is None or not hasattr(spec.loader, "exec_module"):
+                return spec
+            self.real, spec.loader = spec.loader, self
+            return spec
+
+        def create_module(self, spec):
+            return self.real.create_module(spec)
+
+        def exec_module(self, module):
+            module.__loader__ = module.__spec__.loader = self.real
+            self.real.exec_module(module)
+            add_sources(module.cache)
+
+    if "linecache" not in sys.modules:
+        sys.meta_path.insert(0, SourcesIntoLinecache())
 
     def format_exception(e, tb):
-        keep_sources()
         nonlocal tb_module
         if tb_module is None:
             import traceback as tb_module
+        flush_sources()
         return "".join(tb_module.format_exception(type(e), e, tb))
 
     def describe(e):
@@ -512,7 +559,7 @@ def _driver():
                     before = g.get("result", MISSING)
                 name = "<cell-%d>" % cid
                 if len(code) <= MAX_KEPT_SOURCE:
-                    pending_sources[name] = code
+                    keep_source(name, code)
                 co, last = compile_cell(code, name)
                 run_code(co)
                 if last is not None:
@@ -551,13 +598,6 @@ def _driver():
         finally:
             if sys.stdin is null_stdin:
                 sys.stdin = saved_stdin
-            if not interactive and termios is not None:
-                # Drop the ^D the host queued on the terminal for this cell (whose stdin was
-                # /dev/null), so that it cannot end a read in a later interactive cell.
-                try:
-                    termios.tcflush(tty_fd, termios.TCIFLUSH)
-                except (OSError, termios.error):
-                    pass
 
         result, outputs = "null", "[]"
         after = g.get("result", MISSING)
@@ -615,16 +655,15 @@ def _driver():
         response = '{"id":%d,"nonce":"%s","status":"%s","exit_code":%d,"result":%s,"exception":%s,"warnings":%s,"outputs":%s}\n' % (
             cid, nonce.decode(), status, exit_code, result, dumps(exception), dumps(warnings), outputs)
         write_all(response_fd, response.encode("utf-8", "replace"))
-        keep_sources()
 
     write_all(response_fd, ('{"ready":true,"language":"python","version":"%s","pid":%d}\n'
                            % (sys.version.split()[0], os.getpid())).encode())
     # What every cell needs but the ready line does not, imported while the host frames the
     # first request (or while a pooled session waits for one): _ast (0.6 ms: it makes every
-    # node class) and termios (0.25 ms, an extension module).
+    # node class). (The ^D the host queues on the terminal for a non-interactive cell, for a
+    # program that opens /dev/tty, is not read away here: the host discards unread terminal
+    # input before every cell, `flush_terminal_input`.)
     import _ast
-    if not wasi:
-        import termios
 
     while True:
         header = requests.readline()
