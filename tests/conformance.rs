@@ -316,6 +316,48 @@ mod functional {
         assert_eq!(r.result, Some(serde_json::json!(0)), "{r:?}");
     }
 
+    /// A non-interactive cell still running after a moment gets one EOF queued on its
+    /// terminal, so a program that opens the terminal itself (ssh, sudo, getpass) reads EOF
+    /// rather than waits; and that EOF never reaches a later interactive cell's read (the
+    /// session drops unread terminal input before it). Backends without a terminal (Docker:
+    /// stdin is /dev/null; WASI) have nothing to test.
+    pub async fn terminal_reads_get_eof_once(ctx: Ctx) {
+        if !matches!(
+            ctx.kind(),
+            BackendKind::Linux | BackendKind::Unsandboxed | BackendKind::Macos
+        ) {
+            eprintln!(
+                "skipped: the code has no terminal on {}",
+                ctx.kind().as_str()
+            );
+            return;
+        }
+        let mut s = ctx.session(Language::Python).await;
+        for _ in 0..2 {
+            let r = exec(&mut s, "with open('/dev/tty') as t:\n    result = t.read()").await;
+            assert_eq!(r.result, Some(serde_json::json!("")), "{r:?}");
+        }
+        // Long enough for its EOF to be queued, which it leaves unread.
+        let r = exec(&mut s, "import time\ntime.sleep(0.05)").await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        let mut opts = ExecOptions::with_timeout(Duration::from_millis(700));
+        opts.interactive = true;
+        let r = s
+            .execute(
+                "try:\n    input()\n    result = 'read'\nexcept EOFError:\n    result = 'eof'",
+                opts,
+            )
+            .await
+            .expect("execute");
+        assert_eq!(
+            r.status,
+            Status::Timeout,
+            "nobody types: the read waits until the timeout: {r:?}"
+        );
+        let r = exec(&mut s, "with open('/dev/tty') as t:\n    result = t.read()").await;
+        assert_eq!(r.result, Some(serde_json::json!("")), "{r:?}");
+    }
+
     pub async fn output_flood_is_bounded(ctx: Ctx) {
         let before = vm_hwm_kb();
         let r = ctx.run(Language::Python, "import sys\nchunk = 'x' * 65535 + '\\n'\nfor _ in range(1000):\n    sys.stdout.write(chunk)\nprint('THE END')").await;
@@ -2267,6 +2309,7 @@ matrix!(functional; [linux, linux_no_ns, linux_no_ns_abi4, linux_no_landlock, do
     crash_is_reported_and_session_restarts,
     forged_markers_are_plain_output,
     stdin_reads_get_eof,
+    terminal_reads_get_eof_once,
     output_flood_is_bounded,
     invalid_utf8_is_replaced,
     files_in_and_out,

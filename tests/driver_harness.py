@@ -172,9 +172,12 @@ class Session:
         host would: (True, result), (False, error), or None to leave it unanswered (the harness
         answers it with an error when it interrupts the cell, as the host does).
 
-        Before the request the terminal's pending input is flushed, as src/session/mod.rs does
-        before every cell (flush=False: only before a non-interactive request) and, for a
-        non-interactive request, one ^D is queued so that a read of the terminal gets EOF."""
+        Before the request the terminal's pending input is flushed (flush=False: only before a
+        non-interactive request) and, for a non-interactive request, one ^D is queued so that a
+        read of the terminal gets EOF. The host (src/session/mod.rs) is lazier: it queues the ^D
+        only for a cell still running after 1 ms and flushes only when one was queued or before
+        an interactive cell; what the harness does is the harder case for the drivers (the ^D
+        is there from the start)."""
         if isinstance(code, str):
             code = code.encode("utf-8")
         if isinstance(prelude, str):
