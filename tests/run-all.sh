@@ -173,8 +173,12 @@ for line in sys.stdin:
 [ -x "$conformance" ] || { echo "could not build the conformance suite" >&2; exit 1; }
 bindir=$(mktemp -d /tmp/sandpit-test-bin.XXXXXX)
 trap 'rm -rf "$bindir" "$wheels"' EXIT
-cp target/debug/sandpit "$conformance" "$bindir/"
+cp target/debug/sandpit target/debug/sandpit-helper "$conformance" "$bindir/"
 chmod 755 "$bindir" "$bindir"/*
+# The helper stage's two binaries: the suite runs as root with sandpit-helper (what a sandbox's
+# start execs wherever it lies beside sandpit), as nobody with sandpit itself (its fallback, and
+# what a library embedder's own binary is). The CLI, MCP and HTTP tests find sandpit-helper
+# beside target/debug/sandpit.
 export SANDPIT_HELPER="$bindir/sandpit"
 suite="$bindir/$(basename "$conformance")"
 
@@ -194,7 +198,7 @@ if is_root; then
   # never waits (the test binary) keeps them as zombies of the session uids, which count against
   # RLIMIT_NPROC, and later sessions with the same uid could not fork (EAGAIN).
   unshare --pid --fork --mount-proc bash -c '"$@" & wait $!' reaper \
-    env SANDPIT_HELPER="$SANDPIT_HELPER" "$suite" --test-threads=2
+    env SANDPIT_HELPER="$bindir/sandpit-helper" "$suite" --test-threads=2
   say "WASI runtimes for nobody (the same wheels, its own cache)"
   # What root downloaded (nothing when its runtimes were already there), in a directory nobody
   # may write: anything missing, nobody downloads itself.

@@ -643,3 +643,57 @@ fn save_outputs_writes_rich_outputs_to_files() {
         "{stderr}"
     );
 }
+
+/// `sandpit-helper` of another build (say, left beside a `sandpit` that `cargo run` relinked
+/// alone) hands the helper stage back to the sandpit that planned it, before doing anything
+/// (with no one named to hand it on to: no loop); `sandpit` itself given another build's plan refuses (exit 70, the
+/// plan step). A matching build runs the stage: every `-b linux` run of these tests.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_helper_stage_of_another_build_is_never_run() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let planner = dir.path().join("planner");
+    let recorded = dir.path().join("args");
+    std::fs::write(
+        &planner,
+        format!(
+            "#!/bin/sh\nprintf '%s\\n' \"$@\" > {}\n",
+            recorded.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&planner, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let other_build = "0123456789abcdef";
+    assert_ne!(other_build, sandpit::BUILD_ID);
+    let planner_s = planner.display().to_string();
+    let args = [
+        "__sandbox-helper",
+        other_build,
+        &planner_s,
+        "{\"not\": \"a plan\"}",
+    ];
+    let status = Command::new(env!("CARGO_BIN_EXE_sandpit-helper"))
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    let got = std::fs::read_to_string(&recorded).unwrap();
+    let handed = ["__sandbox-helper", other_build, "", args[3]];
+    assert_eq!(got, format!("{}\n", handed.join("\n")), "handed back, once");
+
+    let out = Command::new(env!("CARGO_BIN_EXE_sandpit"))
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(70), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("the plan of build {other_build}")),
+        "{err}"
+    );
+    std::fs::remove_file(&recorded).unwrap();
+    assert!(!recorded.exists(), "sandpit did not hand it on");
+}

@@ -57,6 +57,11 @@ fn fail(step: Step, message: impl std::fmt::Display) -> ! {
     std::process::exit(step as i32)
 }
 
+/// Ends the helper stage before it starts: the plan is not for this build (`helper_entry`).
+pub(super) fn refuse(message: String) -> ! {
+    fail(Step::Plan, message)
+}
+
 extern "C" fn ignore_signal(_: libc::c_int) {}
 
 /// SIGINT is how the host interrupts a cell: aimed at the whole process group, it must reach the

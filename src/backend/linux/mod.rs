@@ -488,12 +488,102 @@ fn reach_facts(
 /// The native Linux backend.
 pub struct LinuxBackend {
     policy: Policy,
+    /// The sandpit binary that probes the host and plans (`backend::helper_path`).
     helper: PathBuf,
+    /// What a sandbox's start execs for the helper stage ([`stage_binary`]).
+    stage: PathBuf,
 }
 
 impl LinuxBackend {
     pub fn new(policy: Policy, helper: PathBuf) -> Self {
-        LinuxBackend { policy, helper }
+        let stage = stage_binary(&helper, std::env::var_os("SANDPIT_HELPER").is_some());
+        tracing::debug!(stage = %stage.display(), "the helper stage's binary");
+        LinuxBackend {
+            policy,
+            helper,
+            stage,
+        }
+    }
+}
+
+/// The name of the binary of the helper stage alone (`src/bin/sandpit-helper.rs`).
+pub const STAGE_BINARY: &str = "sandpit-helper";
+
+/// The binary a sandbox's start execs for the helper stage: `sandpit-helper` beside `helper`
+/// (a 1.4 MB program, 0.65 ms faster to start than sandpit's 40 MB), else `helper` itself. A
+/// helper named by `SANDPIT_HELPER` (`explicit`) is used as it is.
+fn stage_binary(helper: &Path, explicit: bool) -> PathBuf {
+    if !explicit {
+        if let Some(small) = helper.parent().map(|d| d.join(STAGE_BINARY)) {
+            if small.is_file() {
+                return small;
+            }
+        }
+    }
+    helper.to_path_buf()
+}
+
+/// The helper stage's arguments after [`HELPER_ARG`], as [`helper_entry`] reads them: the
+/// planner's build, the planner's own executable (`helper`), the plan.
+fn stage_args(helper: &Path, plan_json: String) -> Vec<String> {
+    vec![
+        HELPER_ARG.into(),
+        crate::BUILD_ID.into(),
+        helper.display().to_string(),
+        plan_json,
+    ]
+}
+
+/// What the helper stage does with the build that planned it.
+#[derive(Debug, PartialEq, Eq)]
+enum StageBuild {
+    /// The same build: run the plan.
+    Run,
+    /// Another build, in `sandpit-helper`: exec the planner's own executable with the same
+    /// arguments, which runs the stage with the planner's code.
+    HandBack,
+    /// Another build, and no one to hand the stage to: refuse.
+    Refuse,
+}
+
+fn stage_build(planner: &str, own: &str, small_binary: bool, planner_exe: &str) -> StageBuild {
+    if planner == own {
+        StageBuild::Run
+    } else if small_binary && !planner_exe.is_empty() {
+        StageBuild::HandBack
+    } else {
+        StageBuild::Refuse
+    }
+}
+
+/// The helper stage, entered with the arguments after [`HELPER_ARG`] ([`stage_args`]); in
+/// `sandpit-helper` (`small_binary`) or in a sandpit that plans sandboxes itself. The stage
+/// runs only with the code of the build that planned it: a `sandpit-helper` of another build
+/// (left beside a `sandpit` that `cargo run` relinked alone, or copied from another version)
+/// hands the stage back to the planner's executable before it does anything; anything else
+/// from another build refuses (closed, with the reason on the response channel).
+pub fn helper_entry(mut args: impl Iterator<Item = String>, small_binary: bool) -> ! {
+    let planner = args.next().unwrap_or_default();
+    let planner_exe = args.next().unwrap_or_default();
+    let plan = args.next().unwrap_or_default();
+    match stage_build(&planner, crate::BUILD_ID, small_binary, &planner_exe) {
+        StageBuild::Run => helper::main(&plan),
+        StageBuild::HandBack => {
+            // Without a planner's executable this time: were it another build's helper too
+            // (SANDPIT_HELPER naming a sandpit-helper), it refuses rather than hands on again.
+            use std::os::unix::process::CommandExt;
+            let e = std::process::Command::new(&planner_exe)
+                .args([HELPER_ARG, &planner, "", &plan])
+                .exec();
+            helper::refuse(format!(
+                "this sandpit-helper is of build {}, the plan of build {planner}, and {planner_exe} (to run it instead) cannot be started: {e}",
+                crate::BUILD_ID
+            ))
+        }
+        StageBuild::Refuse => helper::refuse(format!(
+            "the helper stage is of build {}, the plan of build {planner}: install sandpit and sandpit-helper from the same build, or set SANDPIT_HELPER to the sandpit that plans",
+            crate::BUILD_ID
+        )),
     }
 }
 
@@ -616,6 +706,7 @@ impl LinuxBackend {
             plan,
             prepared,
             helper: self.helper.clone(),
+            stage: self.stage.clone(),
         })
     }
 
@@ -730,8 +821,10 @@ impl LinuxBackend {
 struct Planned {
     plan: plan::LinuxPlan,
     prepared: Prepared,
-    /// The sandpit binary that runs the helper stage.
+    /// The sandpit binary that planned (the stage's fallback: [`helper_entry`]).
     helper: PathBuf,
+    /// What runs the helper stage ([`stage_binary`]).
+    stage: PathBuf,
 }
 
 impl super::Plan for Planned {
@@ -759,6 +852,7 @@ impl Planned {
                 dirs, guard, disk, ..
             },
             helper,
+            stage,
         } = self;
         let pid_namespace = plan.namespaces.pid;
         let plan_json = serde_json::to_string(&plan).map_err(LinuxError::EncodePlan)?;
@@ -780,8 +874,8 @@ impl Planned {
         });
         super::pty_spawn::spawn(
             super::pty_spawn::Program {
-                path: helper,
-                args: vec![HELPER_ARG.into(), plan_json],
+                path: stage,
+                args: stage_args(&helper, plan_json),
                 // The helper's own environment: empty, but for the timings switch.
                 env: crate::util::timing::enabled()
                     .then(|| (crate::util::timing::ENV.to_string(), "1".to_string()))
@@ -950,6 +1044,41 @@ impl Drop for SessionGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_stage_runs_only_with_the_planner_s_build() {
+        assert_eq!(stage_build("a", "a", true, "/x/sandpit"), StageBuild::Run);
+        assert_eq!(stage_build("a", "a", false, ""), StageBuild::Run);
+        assert_eq!(
+            stage_build("a", "b", true, "/x/sandpit"),
+            StageBuild::HandBack
+        );
+        assert_eq!(stage_build("a", "b", true, ""), StageBuild::Refuse);
+        assert_eq!(
+            stage_build("a", "b", false, "/x/sandpit"),
+            StageBuild::Refuse
+        );
+        assert_eq!(stage_build("", "b", false, ""), StageBuild::Refuse);
+        let args = stage_args(Path::new("/x/sandpit"), "{}".into());
+        assert_eq!(args, [HELPER_ARG, crate::BUILD_ID, "/x/sandpit", "{}"]);
+        assert_eq!(crate::BUILD_ID.len(), 16);
+    }
+
+    #[test]
+    fn the_small_stage_binary_is_used_when_it_lies_beside_sandpit() {
+        let dir = tempfile::tempdir().unwrap();
+        let sandpit = dir.path().join("sandpit");
+        std::fs::write(&sandpit, "").unwrap();
+        assert_eq!(stage_binary(&sandpit, false), sandpit, "none beside it");
+        let small = dir.path().join(STAGE_BINARY);
+        std::fs::write(&small, "").unwrap();
+        assert_eq!(stage_binary(&sandpit, false), small);
+        assert_eq!(
+            stage_binary(&sandpit, true),
+            sandpit,
+            "SANDPIT_HELPER names it"
+        );
+    }
 
     #[test]
     fn a_state_directory_that_cannot_be_written_is_named_with_its_cause() {
