@@ -36,6 +36,7 @@ pub fn maybe_run_helper() {
 }
 
 /// The stage this process was started as, if any (see [`maybe_run_helper`]).
+#[cfg_attr(not(target_os = "linux"), allow(unused_variables))]
 fn run_stage_if_asked(small_binary: bool) {
     #[cfg(target_os = "linux")]
     {

@@ -146,6 +146,10 @@ impl LayersReport {
     }
 }
 
+/// How long a new interpreter has to start: to read what the host writes before its first
+/// request (`pty_spawn::send_preamble`) and to say it is ready (`session::START_TIMEOUT`).
+pub const START_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
 /// What to run, never how: one session's driver and the sandbox it must run in. Each backend
 /// decides how ([`Backend::plan`]): the host's interpreter under namespaces, the image's in a
 /// container, a rendered Seatbelt profile, a wasm module.

@@ -105,7 +105,7 @@ pub async fn send_preamble(launched: &mut Launched, preamble: &[u8]) {
         return;
     }
     let write = launched.requests.write_all(preamble);
-    match tokio::time::timeout(crate::session::START_TIMEOUT, write).await {
+    match tokio::time::timeout(super::START_TIMEOUT, write).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => {
             tracing::debug!(error = %e, "the driver's preamble could not be written: the sandbox ended")

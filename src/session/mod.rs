@@ -53,7 +53,7 @@ struct DriverReady {
 /// How long an interrupted cell has to answer before the sandbox is killed.
 pub const INTERRUPT_GRACE: Duration = Duration::from_millis(1500);
 /// How long a new interpreter has to say it is ready.
-pub const START_TIMEOUT: Duration = Duration::from_secs(20);
+pub const START_TIMEOUT: Duration = crate::backend::START_TIMEOUT;
 /// How often live output held back by redaction is re-examined.
 const IDLE_FLUSH: Duration = Duration::from_millis(100);
 /// How long a non-interactive cell runs before the session queues an EOF on its terminal.
