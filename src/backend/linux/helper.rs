@@ -263,7 +263,14 @@ pub fn main(plan_json: &str) -> ! {
     }
 
     mark("helper: set-up, seccomp compile and namespaces");
-    // 3. cgroup (root): the host is moving us into the session's memory/pids/cpu cgroups; wait
+    // 3. Filesystem view, part one: the sandbox's own root, built while the host is still
+    //    placing us (mounting forks nothing), entered after the fork (step 5).
+    if let Some(root) = &plan.root {
+        mounts::build_root(root).unwrap_or_else(|e| fail(Step::Mounts, e));
+    }
+
+    mark("helper: mounts (own root)");
+    // 3b. cgroup (root): the host is moving us into the session's memory/pids/cpu cgroups; wait
     //    for its one-byte "go" on fd 3 before anything forks, so every descendant is counted.
     if plan.wait_for_placement {
         let mut go = [0u8; 1];
@@ -323,8 +330,8 @@ pub fn main(plan_json: &str) -> ! {
     }
 
     mark("helper: fork (waiter and child)");
-    // 5. Filesystem view: the sandbox's own root (needs the mount namespace; must precede
-    //    Landlock, which forbids mount changes once enforced).
+    // 5. Filesystem view, part two: a new /proc (as PID 1 of the new PID namespace) and into
+    //    the root (must precede Landlock, which forbids mount changes once enforced).
     if let Some(root) = &plan.root {
         mounts::enter_root(root).unwrap_or_else(|e| fail(Step::Mounts, e));
     }
@@ -333,7 +340,7 @@ pub fn main(plan_json: &str) -> ! {
             .unwrap_or_else(|e| fail(Step::Namespaces, format!("sethostname: {e}")));
     }
 
-    mark("helper: mounts (own root)");
+    mark("helper: /proc and pivot_root");
     // 6. Privileges. Empty the capability bounding set, then (as root) become the session's own
     //    uid: setgroups first, gid before uid, since each needs the privilege the next removes.
     for cap in 0..=63 {

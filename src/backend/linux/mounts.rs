@@ -86,9 +86,10 @@ fn bind(root: &Path, b: &Bind) -> Result<(), String> {
         .map_err(|e| err("remount", &dst, e))
 }
 
-/// Builds the root described by `plan` and makes it `/`. Must run in a new mount namespace
-/// (and, for the new `/proc`, as a member of the new PID namespace), before Landlock.
-pub fn enter_root(plan: &RootPlan) -> Result<(), String> {
+/// Builds the root described by `plan` at its mount point, read-only, everything but its
+/// `/proc` (see [`enter_root`]). Must run in a new mount namespace, before Landlock; it forks
+/// nothing, so the helper runs it while the host is still placing it in its cgroups.
+pub fn build_root(plan: &RootPlan) -> Result<(), String> {
     let root = &plan.mountpoint;
     // Nothing we mount may propagate back to the host's mount namespace.
     mount(
@@ -130,16 +131,7 @@ pub fn enter_root(plan: &RootPlan) -> Result<(), String> {
         let p = inside(root, &Path::new("/dev").join(name));
         std::os::unix::fs::symlink(target, &p).map_err(|e| err("symlink", &p, e))?;
     }
-    let proc_dir = inside(root, Path::new("/proc"));
-    mkdirs(&proc_dir)?;
-    mount(
-        Some("proc"),
-        &proc_dir,
-        Some("proc"),
-        base | MsFlags::MS_NOEXEC,
-        None::<&str>,
-    )
-    .map_err(|e| err("mount proc on", &proc_dir, e))?;
+    mkdirs(&inside(root, Path::new("/proc")))?;
     let etc = inside(root, Path::new("/etc"));
     mkdirs(&etc)?;
     for (name, text) in [
@@ -150,7 +142,7 @@ pub fn enter_root(plan: &RootPlan) -> Result<(), String> {
         std::fs::write(etc.join(name), text).map_err(|e| err("write", &etc.join(name), e))?;
     }
     mkdirs(&inside(root, Path::new(WORKSPACE)))?;
-    // The skeleton is complete: make the root itself read-only.
+    // The skeleton is complete: make the root itself read-only (`/proc` is mounted on it later).
     mount(
         None::<&str>,
         root,
@@ -158,7 +150,23 @@ pub fn enter_root(plan: &RootPlan) -> Result<(), String> {
         MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | base,
         None::<&str>,
     )
-    .map_err(|e| err("remount read-only", root, e))?;
+    .map_err(|e| err("remount read-only", root, e))
+}
+
+/// Mounts a new `/proc` on the root [`build_root`] made and makes it `/`. Must run as a member
+/// of the new PID namespace (the sandbox's PID 1, after the fork), so that the new `/proc`
+/// shows the sandbox's processes only.
+pub fn enter_root(plan: &RootPlan) -> Result<(), String> {
+    let root = &plan.mountpoint;
+    let proc_dir = inside(root, Path::new("/proc"));
+    mount(
+        Some("proc"),
+        &proc_dir,
+        Some("proc"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        None::<&str>,
+    )
+    .map_err(|e| err("mount proc on", &proc_dir, e))?;
     pivot_into(root)
 }
 
