@@ -176,6 +176,9 @@ fn stats(mut v: Vec<Duration>) -> Stats {
 pub struct LanguageFigures {
     pub language: Language,
     pub cold_start: Stats,
+    /// The bare interpreter's start (as in [`Baseline::bare_start`]), each one right after a
+    /// cold start above: the same moments' load, for the ratio.
+    pub bare_start: Stats,
     /// A new session taken from the warm pool (`SessionManager::open` with a ready sandbox).
     pub pooled_start: Stats,
     pub warm: Stats,
@@ -187,6 +190,11 @@ pub struct BackendFigures {
     pub backend: String,
     pub languages: Vec<LanguageFigures>,
     pub one_shot_python_pass: Stats,
+    /// Bare `python3 -c pass`, and bubblewrap's (when it works here), each run right after one
+    /// of the one-shots above: ratios of the same moments (this VM's load moves by tens of
+    /// percent between the phases of a run).
+    pub one_shot_bare: Stats,
+    pub one_shot_bwrap: Option<Stats>,
     /// Where the one-shot run's time goes (`SANDPIT_TIMINGS`), median per stage; the first,
     /// "sandpit starts", is from the spawn to `main`, and "process exit" from the last mark to
     /// the exit status.
@@ -297,19 +305,32 @@ const BWRAP_ARGS: &[&str] = &[
     "/tmp",
 ];
 
+/// `bwrap ... python3 -c pass` once.
+fn bwrap_python_pass(python: &std::path::Path) -> std::io::Result<std::process::ExitStatus> {
+    std::process::Command::new("bwrap")
+        .args(BWRAP_ARGS)
+        .arg(python)
+        .args(["-c", "pass"])
+        .env_clear()
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+}
+
+/// The bare `interpreter -c pass` (or its language's equivalent) once.
+fn bare_start_once(interpreter: &std::path::Path, lang: Language) -> std::io::Result<Duration> {
+    let t = Instant::now();
+    std::process::Command::new(interpreter)
+        .args(trivial_args(lang))
+        .env_clear()
+        .status()?;
+    Ok(t.elapsed())
+}
+
 /// `bwrap ... python3 -c pass`, when bubblewrap is on PATH and works here.
 fn bwrap_baseline(policy: &Policy, cold: usize) -> Option<Stats> {
     let python = policy.interpreters.path(Language::Python);
-    let run = || {
-        std::process::Command::new("bwrap")
-            .args(BWRAP_ARGS)
-            .arg(python)
-            .args(["-c", "pass"])
-            .env_clear()
-            .stdin(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-    };
+    let run = || bwrap_python_pass(python);
     match run() {
         Ok(s) if s.success() => {}
         Ok(s) => {
@@ -726,11 +747,16 @@ async fn measure_backend(
             limits: policy.limits.clone(),
         };
         let mut starts = Vec::new();
+        let mut bare = Vec::new();
+        let interpreter = policy.interpreters.path(lang);
         for _ in 0..cold {
             let t = Instant::now();
             let mut s = Session::start(policy, be.clone(), config.clone()).await?;
             starts.push(t.elapsed());
             s.kill().await;
+            if let Ok(d) = bare_start_once(interpreter, lang) {
+                bare.push(d);
+            }
         }
         let mut s = Session::start(policy, be.clone(), config.clone()).await?;
         let (setup, step) = warm_code(lang);
@@ -770,6 +796,7 @@ async fn measure_backend(
         languages.push(LanguageFigures {
             language: lang,
             cold_start: stats(starts),
+            bare_start: stats(bare),
             pooled_start: stats(pooled),
             warm: stats(times),
             idle_pss_kb: idle,
@@ -779,6 +806,9 @@ async fn measure_backend(
         std::env::current_exe().map_err(|e| crate::Error::io("find the sandpit executable", e))?;
     let mut runs = Vec::new();
     let mut breakdowns = Vec::new();
+    let python = policy.interpreters.path(Language::Python);
+    let mut bwrap_works = matches!(bwrap_python_pass(python), Ok(s) if s.success());
+    let (mut bare_runs, mut bwrap_runs) = (Vec::new(), Vec::new());
     for _ in 0..cold {
         let t = Instant::now();
         let since = crate::util::timing::now_ns();
@@ -803,11 +833,23 @@ async fn measure_backend(
         let exit = (ended.saturating_sub(since)) as f64 / 1e6 - marked;
         stages.push(("process exit".into(), exit.max(0.0)));
         breakdowns.push(stages);
+        if let Ok(d) = bare_start_once(python, Language::Python) {
+            bare_runs.push(d);
+        }
+        if bwrap_works {
+            let t = Instant::now();
+            match bwrap_python_pass(python) {
+                Ok(s) if s.success() => bwrap_runs.push(t.elapsed()),
+                _ => bwrap_works = false,
+            }
+        }
     }
     Ok(BackendFigures {
         backend: kind.as_str().into(),
         languages,
         one_shot_python_pass: stats(runs),
+        one_shot_bare: stats(bare_runs),
+        one_shot_bwrap: (bwrap_works && !bwrap_runs.is_empty()).then(|| stats(bwrap_runs)),
         one_shot_stages: stage_medians(&breakdowns),
     })
 }
@@ -1043,10 +1085,7 @@ pub async fn bench(args: BenchArgs, policy: Policy) -> ExitCode {
             "idle PSS kB"
         );
         for l in &f.languages {
-            let bare = report.baselines.iter().find(|b| b.language == l.language);
-            let ratio = bare
-                .map(|b| l.cold_start.p50_ms / b.bare_start.p50_ms.max(1e-9))
-                .unwrap_or(0.0);
+            let ratio = l.cold_start.p50_ms / l.bare_start.p50_ms.max(1e-9);
             println!(
                 "  {:<11} {:>14.2} {:>9.2} {:>15.2} {:>16.3} {:>16.3} {:>14}",
                 l.language.as_str(),
@@ -1068,22 +1107,17 @@ pub async fn bench(args: BenchArgs, policy: Policy) -> ExitCode {
                 );
             }
         }
-        let bare_py = report
-            .baselines
-            .iter()
-            .find(|b| b.language == Language::Python)
-            .map(|b| b.bare_start.p50_ms)
-            .unwrap_or(0.0);
+        let bare_py = f.one_shot_bare.p50_ms;
         println!(
-            "  one-shot `sandpit run -l python pass`: p50 {:.2} ms (bare python3 -c pass {:.2} ms, +{:.2} ms; {:.2}x bare)",
+            "  one-shot `sandpit run -l python pass`: p50 {:.2} ms (bare python3 -c pass, alternated with it: {:.2} ms, +{:.2} ms; {:.2}x bare)",
             f.one_shot_python_pass.p50_ms,
             bare_py,
             f.one_shot_python_pass.p50_ms - bare_py,
             f.one_shot_python_pass.p50_ms / bare_py.max(1e-9)
         );
-        if let Some(bw) = &report.bwrap_python_pass {
+        if let Some(bw) = &f.one_shot_bwrap {
             println!(
-                "  bubblewrap (the Codex / Anthropic flags) python3 -c pass: p50 {:.2} ms; sandpit is {:.2}x that",
+                "  bubblewrap (the Codex / Anthropic flags) python3 -c pass, alternated with it: p50 {:.2} ms; sandpit is {:.2}x that",
                 bw.p50_ms,
                 f.one_shot_python_pass.p50_ms / bw.p50_ms.max(1e-9)
             );

@@ -534,7 +534,8 @@ fn timings_say_where_a_one_shot_run_goes() {
 }
 
 /// `sandpit bench --json` carries the one-shot breakdown and, where bubblewrap runs (the test
-/// command installs it as root), its baseline.
+/// command installs it as root), its baseline; the ratios' baselines are measured alternately
+/// with what they are compared to.
 #[test]
 fn bench_compares_with_bubblewrap_and_breaks_the_one_shot_run_down() {
     let b = backend();
@@ -575,11 +576,15 @@ fn bench_compares_with_bubblewrap_and_breaks_the_one_shot_run_down() {
         .args(["--ro-bind", "/", "/", "--unshare-all", "/bin/true"])
         .status()
         .is_ok_and(|s| s.success());
+    // The one-shot's baselines, each run right after one of its runs.
+    assert_eq!(figures["one_shot_bare"]["n"], 2, "{v}");
+    assert_eq!(figures["languages"][0]["bare_start"]["n"], 2, "{v}");
     if bwrap_runs {
         assert!(
             v["bwrap_python_pass"]["p50_ms"].as_f64().unwrap() > 0.0,
             "{v}"
         );
+        assert_eq!(figures["one_shot_bwrap"]["n"], 2, "{v}");
         assert_eq!(b == "linux", named("one-shot `-b linux"), "{v}");
     } else if std::env::var_os("CI").is_some() && is_root() {
         panic!("CI=true as root: bubblewrap should be installed and run here (tests/run-all.sh installs it)");
