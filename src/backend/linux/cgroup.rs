@@ -95,6 +95,33 @@ pub fn prime_placement(version: Version) {
         });
 }
 
+/// What `sandpit doctor` says of a session start's move into its cgroups, from
+/// `/sys/kernel/rcu_expedited` and `/proc/mounts`. Each move takes the kernel's
+/// `cgroup_threadgroup_rwsem` for writing, which waits for an RCU grace period (0-10 ms on a
+/// loaded 2-core VM: the largest and most variable stage of a sandbox's start there, see
+/// README "Benchmarks") unless grace periods are expedited or the hierarchy is mounted with
+/// `favordynmods` (Linux 6.0+), which keeps the lock ready for writers at some cost to every
+/// fork. Both are the host's settings; sandpit only says so.
+pub fn placement_note(rcu_expedited: &str, mounts: &str) -> String {
+    let favordynmods = mounts.lines().any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() > 3
+            && matches!(f[2], "cgroup" | "cgroup2")
+            && f[3].split(',').any(|o| o == "favordynmods")
+    });
+    if favordynmods {
+        "moving a sandbox into them does not wait (favordynmods)".into()
+    } else if rcu_expedited.trim() == "1" {
+        "moving a sandbox into them waits for an expedited RCU grace period (rcu_expedited = 1)"
+            .into()
+    } else {
+        "moving a sandbox into them waits for an RCU grace period, up to ~10 ms on a busy host \
+         (echo 1 > /sys/kernel/rcu_expedited, or the hierarchies mounted with favordynmods, \
+         shorten or remove it)"
+            .into()
+    }
+}
+
 /// A session's cgroup(s); removed on drop.
 #[derive(Debug)]
 pub struct Cgroup {
@@ -334,5 +361,26 @@ impl Drop for Cgroup {
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_placement_note_names_the_host_setting_in_force() {
+        let plain = "cgroup /sys/fs/cgroup/pids cgroup rw,relatime,pids 0 0\n";
+        let fav = "cgroup /sys/fs/cgroup/pids cgroup rw,relatime,favordynmods,pids 0 0\n";
+        let v2 = "cgroup2 /sys/fs/cgroup cgroup2 rw,nsdelegate,favordynmods 0 0\n";
+        assert!(placement_note("0\n", plain).contains("waits for an RCU grace period, up to"));
+        assert!(placement_note("1\n", plain).contains("expedited"));
+        assert!(placement_note("0\n", fav).contains("does not wait"));
+        assert!(placement_note("0\n", v2).contains("does not wait"));
+        let other = "tmpfs /tmp tmpfs rw,favordynmods 0 0\n";
+        assert!(
+            placement_note("", other).contains("up to"),
+            "only cgroup mounts count"
+        );
     }
 }

@@ -308,7 +308,13 @@ pub fn availability(policy: &Policy, helper: &Path) -> Availability {
         (
             "cgroup".into(),
             match &cg {
-                Ok(v) => format!("{v:?}: memory, pids and cpu per session"),
+                Ok(v) => format!(
+                    "{v:?}: memory, pids and cpu per session; {}",
+                    cgroup::placement_note(
+                        &std::fs::read_to_string("/sys/kernel/rcu_expedited").unwrap_or_default(),
+                        &std::fs::read_to_string("/proc/mounts").unwrap_or_default(),
+                    )
+                ),
                 Err(why) if root => format!("{why}: rlimits only (memory per process, processes per session uid)"),
                 Err(_) => "not as an unprivileged user: rlimits only (RLIMIT_AS/DATA, NPROC per user namespace)".into(),
             },
