@@ -25,7 +25,10 @@ pub fn doctor(json: bool, policy: &Policy, source: &ConfigSource) -> ExitCode {
         .map(|_| "***".into())
         .collect();
     let policy = &shown;
-    let report = backend::report(policy, &helper);
+    #[cfg_attr(not(target_os = "linux"), allow(unused_mut))]
+    let mut report = backend::report(policy, &helper);
+    #[cfg(target_os = "linux")]
+    backend::linux::add_doctor_facts(&mut report);
     let auto = backend::auto_pick(&report);
     let auto_text = match &auto {
         Ok(k) => k.as_str().to_string(),

@@ -95,7 +95,8 @@ pub fn prime_placement(version: Version) {
         });
 }
 
-/// What `sandpit doctor` says of a session start's move into its cgroups, from
+/// What `sandpit doctor` says of a session start's move into its cgroups (its `cgroup
+/// placement` line, `add_doctor_facts`), from
 /// `/sys/kernel/rcu_expedited` and `/proc/mounts`. Each move takes the kernel's
 /// `cgroup_threadgroup_rwsem` for writing, which waits for an RCU grace period (0-10 ms on a
 /// loaded 2-core VM: the largest and most variable stage of a sandbox's start there, see
@@ -110,12 +111,12 @@ pub fn placement_note(rcu_expedited: &str, mounts: &str) -> String {
             && f[3].split(',').any(|o| o == "favordynmods")
     });
     if favordynmods {
-        "moving a sandbox into them does not wait (favordynmods)".into()
+        "moving a sandbox into its cgroups does not wait (favordynmods)".into()
     } else if rcu_expedited.trim() == "1" {
-        "moving a sandbox into them waits for an expedited RCU grace period (rcu_expedited = 1)"
+        "moving a sandbox into its cgroups waits for an expedited RCU grace period (rcu_expedited = 1)"
             .into()
     } else {
-        "moving a sandbox into them waits for an RCU grace period, up to ~10 ms on a busy host \
+        "moving a sandbox into its cgroups waits for an RCU grace period, up to ~10 ms on a busy host \
          (echo 1 > /sys/kernel/rcu_expedited, or the hierarchies mounted with favordynmods, \
          shorten or remove it)"
             .into()

@@ -308,13 +308,7 @@ pub fn availability(policy: &Policy, helper: &Path) -> Availability {
         (
             "cgroup".into(),
             match &cg {
-                Ok(v) => format!(
-                    "{v:?}: memory, pids and cpu per session; {}",
-                    cgroup::placement_note(
-                        &std::fs::read_to_string("/sys/kernel/rcu_expedited").unwrap_or_default(),
-                        &std::fs::read_to_string("/proc/mounts").unwrap_or_default(),
-                    )
-                ),
+                Ok(v) => format!("{v:?}: memory, pids and cpu per session"),
                 Err(why) if root => format!("{why}: rlimits only (memory per process, processes per session uid)"),
                 Err(_) => "not as an unprivileged user: rlimits only (RLIMIT_AS/DATA, NPROC per user namespace)".into(),
             },
@@ -414,6 +408,24 @@ pub fn availability(policy: &Policy, helper: &Path) -> Availability {
         available,
         detail,
         facts,
+    }
+}
+
+/// Facts only `sandpit doctor` shows, added to the linux backend's: what they read is of no use
+/// to a sandbox's start (`availability` runs at every `sandpit run`). Today: whether moving a
+/// sandbox into its cgroups waits for an RCU grace period ([`cgroup::placement_note`]).
+pub fn add_doctor_facts(report: &mut [Availability]) {
+    let Some(a) = report.iter_mut().find(|a| a.backend == BackendKind::Linux) else {
+        return;
+    };
+    if cgroup::probe().is_ok() {
+        a.facts.push((
+            "cgroup placement".into(),
+            cgroup::placement_note(
+                &std::fs::read_to_string("/sys/kernel/rcu_expedited").unwrap_or_default(),
+                &std::fs::read_to_string("/proc/mounts").unwrap_or_default(),
+            ),
+        ));
     }
 }
 
