@@ -324,6 +324,61 @@ fn a_masked_proc_falls_back_to_no_namespaces_and_says_so() {
     );
 }
 
+/// As root, the sandbox and every process it forks are in the session's own cgroups (memory,
+/// pids, cpu), wherever the helper joined them from (its own thread on cgroup v1, the host on
+/// v2): what the cgroup limits count is the whole sandbox.
+#[test]
+fn every_sandbox_process_is_in_the_session_cgroup() {
+    if backend() != "linux" || !is_root() {
+        eprintln!("SKIPPED: session cgroups are made only as root on the native backend");
+        return;
+    }
+    let writable = |p: &str| {
+        nix::unistd::access(p, nix::unistd::AccessFlags::W_OK).is_ok()
+            && std::path::Path::new(p).is_dir()
+    };
+    let (v1, v2) = (
+        writable("/sys/fs/cgroup/pids") && writable("/sys/fs/cgroup/memory"),
+        std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists()
+            && writable("/sys/fs/cgroup"),
+    );
+    if !v1 && !v2 {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true as root: this host should offer a writable cgroup hierarchy"
+        );
+        eprintln!(
+            "SKIPPED: no writable cgroup hierarchy here (a container's read-only /sys/fs/cgroup?)"
+        );
+        return;
+    }
+    // The cell's process and a child it forks (which stays alive until it has reported).
+    let code = "import os\nr, w = os.pipe()\npid = os.fork()\nif pid == 0:\n    os.write(w, open('/proc/self/cgroup').read().encode())\n    os._exit(0)\nchild = os.read(r, 65536).decode()\nos.waitpid(pid, 0)\nresult = {'cell': open('/proc/self/cgroup').read(), 'child': child}";
+    let (v, code_) = json_run(&["-l", "python", code]);
+    assert_eq!(code_, 0, "{v}");
+    for who in ["cell", "child"] {
+        let lines = v["result"][who].as_str().unwrap_or_default().to_string();
+        let in_session = |controller: &str| {
+            lines.lines().any(|l| {
+                let mut f = l.splitn(3, ':');
+                let (_, ctls, path) = (f.next(), f.next().unwrap_or(""), f.next().unwrap_or(""));
+                let ours = path.starts_with("/sandpit/s-");
+                if v1 {
+                    ctls.split(',').any(|c| c == controller) && ours
+                } else {
+                    ctls.is_empty() && ours
+                }
+            })
+        };
+        for controller in ["memory", "pids"] {
+            assert!(
+                in_session(controller),
+                "the {who} is not in the session's {controller} cgroup:\n{lines}"
+            );
+        }
+    }
+}
+
 /// `auto` falls back to WASI where neither Docker nor the native backend can confine code, and
 /// the result says why; bash there is refused naming the backends that run it. The host for it:
 /// sandpit inside a container whose seccomp profile refuses namespaces and Landlock, with no

@@ -3,6 +3,7 @@
 //! and sets the limits; the helper joins it as its first step; dropping the lease kills what is
 //! left in it and removes it.
 
+use super::plan::Placement;
 use crate::policy::Limits;
 use std::path::{Path, PathBuf};
 
@@ -56,68 +57,41 @@ pub fn probe() -> Result<Version, String> {
     Ok(version)
 }
 
-/// Starts, on a thread of its own, the RCU grace period that the session's placement would
-/// otherwise wait for (cgroup v1 only).
-///
-/// Every move into a v1 cgroup takes `cgroup_threadgroup_rwsem` for writing; when no writer
-/// came just before, that waits for an RCU grace period (measured here: 5-23 ms, the largest
-/// single cost of a native one-shot run). A writer that comes while another's grace period is
-/// under way, or soon after one, waits only for what is left of it. So this thread "moves"
-/// itself into the pids cgroup it is already in (the kernel takes the lock before it looks;
-/// nothing moves) as soon as the session's cgroup exists (the move holds `cgroup_mutex` while
-/// it waits, so a cgroup made after it would wait too), and the helper's real placement, a few
-/// milliseconds later, finds the grace period under way or passed. The lock is held only for
-/// the no-op move itself, as for any move.
-pub fn prime_placement(version: Version) {
-    if version != Version::V1 {
-        return;
-    }
-    let _ = std::thread::Builder::new()
-        .name("sandpit-cgroup-prime".into())
-        .spawn(|| {
-            let own = std::fs::read_to_string("/proc/thread-self/cgroup").unwrap_or_default();
-            let Some(path) = own.lines().find_map(|l| {
-                let mut parts = l.splitn(3, ':');
-                let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-                controllers
-                    .split(',')
-                    .any(|c| c == "pids")
-                    .then(|| path.to_string())
-            }) else {
-                return;
-            };
-            let tasks = Path::new("/sys/fs/cgroup/pids")
-                .join(path.trim_start_matches('/'))
-                .join("tasks");
-            // SAFETY: gettid has no preconditions.
-            let tid = unsafe { libc::gettid() };
-            let _ = std::fs::write(tasks, tid.to_string());
-        });
-}
-
 /// What `sandpit doctor` says of a session start's move into its cgroups (its `cgroup
-/// placement` line, `add_doctor_facts`), from
-/// `/sys/kernel/rcu_expedited` and `/proc/mounts`. Each move takes the kernel's
-/// `cgroup_threadgroup_rwsem` for writing, which waits for an RCU grace period (0-10 ms on a
-/// loaded 2-core VM: the largest and most variable stage of a sandbox's start there, see
-/// README "Benchmarks") unless grace periods are expedited or the hierarchy is mounted with
-/// `favordynmods` (Linux 6.0+), which keeps the lock ready for writers at some cost to every
-/// fork. Both are the host's settings; sandpit only says so.
-pub fn placement_note(rcu_expedited: &str, mounts: &str) -> String {
+/// placement` line, `add_doctor_facts`), from the cgroup version, `/sys/kernel/rcu_expedited`
+/// and `/proc/mounts`.
+///
+/// A move of a whole process (a pid written to `cgroup.procs`) takes the kernel's
+/// `cgroup_threadgroup_rwsem` for writing, which waits for an RCU grace period (5-16 ms on this
+/// 2-core VM, the largest and most variable stage of a sandbox's start when sandpit placed the
+/// helper that way) unless grace periods are expedited or the hierarchy is mounted with
+/// `favordynmods` (Linux 6.0+). A thread that moves only itself (`0` written to a v1 `tasks`
+/// file) takes no global lock: the kernel needs no thread-group stability for it. So on v1 the
+/// single-threaded helper places itself that way ([`Placement::OwnThread`]) and nothing waits;
+/// on v2, whose `cgroup.threads` is only for threaded subtrees, the host moves the process
+/// ([`Placement::ByHost`]) and the host's settings decide the wait. sandpit changes neither.
+///
+/// [`Placement::OwnThread`]: super::plan::Placement::OwnThread
+/// [`Placement::ByHost`]: super::plan::Placement::ByHost
+pub fn placement_note(version: Version, rcu_expedited: &str, mounts: &str) -> String {
     let favordynmods = mounts.lines().any(|l| {
         let f: Vec<&str> = l.split_whitespace().collect();
         f.len() > 3
             && matches!(f[2], "cgroup" | "cgroup2")
             && f[3].split(',').any(|o| o == "favordynmods")
     });
-    if favordynmods {
+    if version == Version::V1 {
+        "moving a sandbox into its cgroups does not wait (cgroup v1: the helper moves its own \
+         thread, which takes no global lock)"
+            .into()
+    } else if favordynmods {
         "moving a sandbox into its cgroups does not wait (favordynmods)".into()
     } else if rcu_expedited.trim() == "1" {
         "moving a sandbox into its cgroups waits for an expedited RCU grace period (rcu_expedited = 1)"
             .into()
     } else {
         "moving a sandbox into its cgroups waits for an RCU grace period, up to ~10 ms on a busy host \
-         (echo 1 > /sys/kernel/rcu_expedited, or the hierarchies mounted with favordynmods, \
+         (echo 1 > /sys/kernel/rcu_expedited, or cgroup2 mounted with favordynmods, \
          shorten or remove it)"
             .into()
     }
@@ -204,7 +178,17 @@ impl Cgroup {
         }
     }
 
-    /// The `cgroup.procs` files the helper writes itself into.
+    /// How the session's helper enters this cgroup (see [`placement_note`]).
+    pub fn placement(&self) -> Placement {
+        match self.view.version {
+            Version::V1 => Placement::OwnThread {
+                tasks: self.view.dirs.iter().map(|d| d.join("tasks")).collect(),
+            },
+            Version::V2 => Placement::ByHost,
+        }
+    }
+
+    /// The `cgroup.procs` files the host writes the helper's pid into ([`Placement::ByHost`]).
     pub fn procs_files(&self) -> Vec<PathBuf> {
         self.view
             .dirs
@@ -222,8 +206,8 @@ impl Cgroup {
     }
 }
 
-/// Moves process `pid` into every `cgroup.procs` file at once (one thread each: each move waits
-/// for its own RCU grace period on cgroup v1, so in parallel they overlap).
+/// Moves process `pid` into every `cgroup.procs` file at once (one thread each, so that where
+/// each move waits for a grace period of its own, the waits overlap).
 pub fn place(procs_files: &[PathBuf], pid: i32) -> std::io::Result<()> {
     std::thread::scope(|scope| {
         let handles: Vec<_> = procs_files
@@ -372,15 +356,17 @@ mod tests {
     #[test]
     fn the_placement_note_names_the_host_setting_in_force() {
         let plain = "cgroup /sys/fs/cgroup/pids cgroup rw,relatime,pids 0 0\n";
-        let fav = "cgroup /sys/fs/cgroup/pids cgroup rw,relatime,favordynmods,pids 0 0\n";
-        let v2 = "cgroup2 /sys/fs/cgroup cgroup2 rw,nsdelegate,favordynmods 0 0\n";
-        assert!(placement_note("0\n", plain).contains("waits for an RCU grace period, up to"));
-        assert!(placement_note("1\n", plain).contains("expedited"));
-        assert!(placement_note("0\n", fav).contains("does not wait"));
-        assert!(placement_note("0\n", v2).contains("does not wait"));
+        let v2_plain = "cgroup2 /sys/fs/cgroup cgroup2 rw,nsdelegate 0 0\n";
+        let v2_fav = "cgroup2 /sys/fs/cgroup cgroup2 rw,nsdelegate,favordynmods 0 0\n";
+        // v1: the helper moves its own thread, whatever the host's settings.
+        assert!(placement_note(Version::V1, "0\n", plain).contains("does not wait (cgroup v1"));
+        assert!(placement_note(Version::V2, "0\n", v2_plain)
+            .contains("waits for an RCU grace period, up to"));
+        assert!(placement_note(Version::V2, "1\n", v2_plain).contains("expedited"));
+        assert!(placement_note(Version::V2, "0\n", v2_fav).contains("does not wait (favordynmods)"));
         let other = "tmpfs /tmp tmpfs rw,favordynmods 0 0\n";
         assert!(
-            placement_note("", other).contains("up to"),
+            placement_note(Version::V2, "", other).contains("up to"),
             "only cgroup mounts count"
         );
     }

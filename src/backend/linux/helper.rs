@@ -7,7 +7,7 @@
 //! This runs single-threaded, before any runtime starts, so `fork` here is safe; everything the
 //! final `execve` needs is prepared before the last fork.
 
-use super::plan::LinuxPlan;
+use super::plan::{LinuxPlan, Placement};
 use super::{landlock_rules, mounts, reaper, seccomp, supervisor};
 use crate::backend::{LayersReport, SetupMessage};
 use crate::util::timing::{self, mark};
@@ -223,15 +223,32 @@ pub fn main(plan_json: &str) -> ! {
         );
     }
 
-    // The seccomp programs are a pure function of the plan: compile them (~1 ms) now, while the
-    // host is still placing us in the session's cgroups, rather than after the set-up below.
-    // They are installed last (step 9).
+    // 1b. cgroup v1 (root): move into the session's memory/pids/cpu cgroups before anything
+    //    forks, so every descendant is counted. Writing "0" to a `tasks` file moves the calling
+    //    thread alone, which takes no global lock (a pid written to `cgroup.procs` waits for an
+    //    RCU grace period, 5-16 ms here); we are single-threaded, and children are forked from
+    //    this thread, so they all start inside. A write that fails stops the launch.
+    if let Placement::OwnThread { tasks } = &plan.placement {
+        for file in tasks {
+            std::fs::write(file, "0").unwrap_or_else(|e| {
+                fail(
+                    Step::Cgroup,
+                    format!("join the session's cgroup ({}): {e}", file.display()),
+                )
+            });
+        }
+        mark("helper: cgroup placement (own thread)");
+    }
+
+    // The seccomp programs are a pure function of the plan: compile them (~1 ms) now, while a
+    // cgroup v2 host is still placing us (step 3b), rather than after the set-up below. They
+    // are installed last (step 9).
     let arch = seccomp::native_arch().unwrap_or_else(|e| fail(Step::Seccomp, e));
     let filters = seccomp::compile(arch, plan.seccomp).unwrap_or_else(|e| fail(Step::Seccomp, e));
 
-    // 2. Namespaces, while the host is still placing us in the session's cgroups (as root on
-    //    cgroup v1 that waits for an RCU grace period): unsharing forks nothing, so it need not
-    //    wait for the placement. Unprivileged, the user namespace comes first (unshare handles
+    // 2. Namespaces, while a cgroup v2 host is still placing us (that can wait for an RCU
+    //    grace period): unsharing forks nothing, so it need not wait for the placement.
+    //    Unprivileged, the user namespace comes first (unshare handles
     //    it first) and grants the capabilities the mounts need; we map only our own uid and
     //    gid, so nothing inside is root on the host and files in the workspace keep their owner.
     let ns = plan.namespaces;
@@ -263,16 +280,16 @@ pub fn main(plan_json: &str) -> ! {
     }
 
     mark("helper: set-up, seccomp compile and namespaces");
-    // 3. Filesystem view, part one: the sandbox's own root, built while the host is still
-    //    placing us (mounting forks nothing), entered after the fork (step 5).
+    // 3. Filesystem view, part one: the sandbox's own root, built while a cgroup v2 host is
+    //    still placing us (mounting forks nothing), entered after the fork (step 5).
     if let Some(root) = &plan.root {
         mounts::build_root(root).unwrap_or_else(|e| fail(Step::Mounts, e));
     }
 
     mark("helper: mounts (own root)");
-    // 3b. cgroup (root): the host is moving us into the session's memory/pids/cpu cgroups; wait
-    //    for its one-byte "go" on fd 3 before anything forks, so every descendant is counted.
-    if plan.wait_for_placement {
+    // 3b. cgroup v2 (root): the host is moving us into the session's cgroup; wait for its
+    //    one-byte "go" on fd 3 before anything forks, so every descendant is counted.
+    if plan.placement == Placement::ByHost {
         let mut go = [0u8; 1];
         // SAFETY: reading one byte from fd 3 (the request pipe) into a local buffer.
         let n = unsafe { libc::read(3, go.as_mut_ptr().cast(), 1) };
@@ -282,9 +299,8 @@ pub fn main(plan_json: &str) -> ! {
                 "the host did not confirm the cgroup placement",
             );
         }
+        mark("helper: cgroup placement (by the host)");
     }
-
-    mark("helper: cgroup placement");
     // 4. PID namespace: only children enter it. The parent stays outside as a plain waiter that
     //    reports the exit status; the child becomes PID 1, whose exit kills everything inside.
     if ns.pid {
@@ -418,7 +434,7 @@ pub fn main(plan_json: &str) -> ! {
         uid: nix::unistd::getuid().as_raw(),
         landlock,
         seccomp_filters: filter_names,
-        cgroup: plan.wait_for_placement,
+        cgroup: plan.placement.in_cgroup(),
         rlimits: plan.rlimits.iter().map(|r| format!("{r:?}")).collect(),
         marks: timing::marks(),
     });

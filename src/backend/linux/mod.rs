@@ -27,7 +27,7 @@ use super::{Availability, BackendKind, BoxFuture, LaunchSpec, Launched};
 use crate::error::Result;
 use crate::policy::{Policy, RequiredLayer};
 use crate::types::Language;
-use plan::{BindKind, HostFacts, SessionDirs};
+use plan::{BindKind, HostFacts, Placement, SessionDirs};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -418,10 +418,11 @@ pub fn add_doctor_facts(report: &mut [Availability]) {
     let Some(a) = report.iter_mut().find(|a| a.backend == BackendKind::Linux) else {
         return;
     };
-    if cgroup::probe().is_ok() {
+    if let Ok(version) = cgroup::probe() {
         a.facts.push((
             "cgroup placement".into(),
             cgroup::placement_note(
+                version,
                 &std::fs::read_to_string("/sys/kernel/rcu_expedited").unwrap_or_default(),
                 &std::fs::read_to_string("/proc/mounts").unwrap_or_default(),
             ),
@@ -739,8 +740,6 @@ impl LinuxBackend {
         let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
         let is_root = uid == 0;
         let name = random_name()?;
-        // The cgroup first: its placement's grace period then runs beside the rest of the
-        // preparation and the spawn (`cgroup::prime_placement`).
         let session_cgroup = session_cgroup(&name, &spec.sandbox.limits);
         let (dirs, mut guard) = session_directories(spec, &name, uid, is_root)?;
         let (lease, session_ids) = self.session_uid(spec, is_root)?;
@@ -784,7 +783,10 @@ impl LinuxBackend {
             namespaces: ns.ok,
             landlock_abi: landlock_abi(&self.policy),
             session_ids,
-            in_cgroup: guard.cgroup.is_some(),
+            placement: guard
+                .cgroup
+                .as_ref()
+                .map_or(Placement::None, |c| c.placement()),
             // Unprivileged without a user namespace the sandbox shares our uid, whose other
             // tasks count against RLIMIT_NPROC too: the limit is theirs plus the policy's.
             nproc_base: if !is_root && !ns.ok {
@@ -876,20 +878,25 @@ impl Planned {
         let plan_json = serde_json::to_string(&plan).map_err(LinuxError::EncodePlan)?;
         let cg_oom = guard.cgroup.as_ref().map(|c| c.view());
         let cg_kill = guard.cgroup.as_ref().map(|c| c.view());
-        // cgroup v1 waits for an RCU grace period per move (~10 ms for memory here): place the
-        // helper from the host, one thread per hierarchy, while it starts; it waits for "go".
-        let place = guard.cgroup.as_ref().map(|c| {
-            let files = c.procs_files();
-            Box::new(move |pid: i32| {
-                let t = std::time::Instant::now();
-                let r = cgroup::place(&files, pid).map_err(|e| LinuxError::Placement(e).into());
-                tracing::debug!(
-                    elapsed_us = t.elapsed().as_micros() as u64,
-                    "placed the helper in its cgroup"
-                );
-                r
-            }) as super::pty_spawn::Placement
-        });
+        // cgroup v2: a move waits for an RCU grace period (unless the host's settings say
+        // otherwise): place the helper from the host, one thread per hierarchy, while it
+        // starts; it waits for "go". On v1 the helper places itself (`Placement`).
+        let place = guard
+            .cgroup
+            .as_ref()
+            .filter(|_| plan.placement == Placement::ByHost)
+            .map(|c| {
+                let files = c.procs_files();
+                Box::new(move |pid: i32| {
+                    let t = std::time::Instant::now();
+                    let r = cgroup::place(&files, pid).map_err(|e| LinuxError::Placement(e).into());
+                    tracing::debug!(
+                        elapsed_us = t.elapsed().as_micros() as u64,
+                        "placed the helper in its cgroup"
+                    );
+                    r
+                }) as super::pty_spawn::Placement
+            });
         super::pty_spawn::spawn(
             super::pty_spawn::Program {
                 path: stage,
@@ -1003,10 +1010,7 @@ fn session_cgroup(name: &str, limits: &crate::policy::Limits) -> Option<cgroup::
     static SWEPT: std::sync::Once = std::sync::Once::new();
     SWEPT.call_once(|| cgroup::remove_stale(v));
     match cgroup::Cgroup::create(v, &format!("s-{name}"), limits) {
-        Ok(c) => {
-            cgroup::prime_placement(v);
-            Some(c)
-        }
+        Ok(c) => Some(c),
         Err(e) => {
             let e = LinuxError::Cgroup(e);
             tracing::warn!(

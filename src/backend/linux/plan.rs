@@ -24,8 +24,8 @@ pub struct HostFacts {
     pub landlock_abi: i32,
     /// As root: the uid/gid this session runs as.
     pub session_ids: Option<(u32, u32)>,
-    /// The host places the helper in a cgroup before letting it proceed.
-    pub in_cgroup: bool,
+    /// How the helper enters the session's cgroup, if it has one.
+    pub placement: Placement,
     /// Tasks the sandbox's uid already runs that RLIMIT_NPROC counts (it counts per user):
     /// non-zero only when the sandbox shares the caller's uid without a user namespace.
     pub nproc_base: u64,
@@ -34,6 +34,26 @@ pub struct HostFacts {
     /// The driver arguments for that interpreter when they differ from the spec's (Python's
     /// precompiled driver: `backend::host_driver`; its preamble stays with the host).
     pub driver_args: Option<Vec<String>>,
+}
+
+/// How the helper enters the session's cgroup (`cgroup.rs` says why there are two ways).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Placement {
+    /// No cgroup: the session's memory and process limits are rlimits.
+    #[default]
+    None,
+    /// cgroup v1: the helper writes "0" (itself, one thread) into each hierarchy's `tasks`
+    /// file before it forks. It is single-threaded there, so this moves the whole process.
+    OwnThread { tasks: Vec<PathBuf> },
+    /// cgroup v2: the host moves the helper while it starts; the helper waits for the host's
+    /// "go" byte on fd 3 before it forks.
+    ByHost,
+}
+
+impl Placement {
+    pub fn in_cgroup(&self) -> bool {
+        !matches!(self, Placement::None)
+    }
 }
 
 /// Which namespaces the helper unshares.
@@ -97,9 +117,9 @@ pub struct LinuxPlan {
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
     pub cwd: PathBuf,
-    /// Wait for the host's "go" byte on fd 3 before forking: the host is placing us in the
-    /// session's cgroup, and every descendant must start inside it.
-    pub wait_for_placement: bool,
+    /// How the helper enters the session's cgroup before it forks, so that every descendant
+    /// starts inside it.
+    pub placement: Placement,
     pub namespaces: Namespaces,
     /// Unprivileged: map our own uid/gid into the new user namespace.
     pub id_map: Option<(u32, u32)>,
@@ -287,7 +307,7 @@ pub fn build(
         argv,
         env,
         cwd: workspace,
-        wait_for_placement: host.in_cgroup,
+        placement: host.placement.clone(),
         namespaces,
         id_map: namespaces.user.then_some((host.uid, host.gid)),
         root,
@@ -358,7 +378,17 @@ mod tests {
             namespaces,
             landlock_abi: 7,
             session_ids: is_root.then_some((2_000_001, 2_000_001)),
-            in_cgroup: false,
+            // As root on cgroup v1 (this host's case): the helper joins by its own thread.
+            placement: if is_root {
+                Placement::OwnThread {
+                    tasks: vec![
+                        "/sys/fs/cgroup/memory/sandpit/s1/tasks".into(),
+                        "/sys/fs/cgroup/pids/sandpit/s1/tasks".into(),
+                    ],
+                }
+            } else {
+                Placement::None
+            },
             nproc_base: 0,
             interpreter: "/usr/bin/python3".into(),
             driver_args: None,
