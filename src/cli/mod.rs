@@ -272,11 +272,18 @@ pub fn main() -> ExitCode {
         }
     }
     crate::util::timing::mark("log redaction");
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
+    // One `run` is one session and one cell: a runtime on this thread alone, whose wake-ups
+    // need no hand-over between threads (the blocking pool still takes file work). The
+    // servers and the REPL keep two workers.
+    let mut builder = match cli.command {
+        Command::Run(_) => tokio::runtime::Builder::new_current_thread(),
+        _ => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(2);
+            b
+        }
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(r) => r,
         Err(e) => {
             eprintln!("sandpit: cannot start the async runtime: {e}");
@@ -285,7 +292,13 @@ pub fn main() -> ExitCode {
     };
     crate::util::timing::mark("async runtime");
     match cli.command {
-        Command::Run(args) => runtime.block_on(run::run(args, policy)),
+        Command::Run(args) => {
+            let code = runtime.block_on(run::run(args, policy));
+            // The run is over (its sandbox removed, its audit record written): what is left
+            // are idle threads of the blocking pool, which the exit ends without a join.
+            runtime.shutdown_background();
+            code
+        }
         Command::Repl { language, backend } => {
             runtime.block_on(repl::repl(language, backend, policy))
         }

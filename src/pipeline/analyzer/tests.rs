@@ -955,3 +955,38 @@ fn glob_semantics() {
     assert!(glob_match("a*b*c", "aXbYbZc"));
     assert!(!glob_match("a*b*c", "aXbY"));
 }
+
+/// The built-in profiles load at their language's first use; one that did not load would
+/// block every analysis of its language (closed), and `check_examples` names it. A run of one
+/// language parses only that language's profile.
+#[test]
+fn builtin_rules_load_lazily_and_a_broken_profile_blocks() {
+    let a = Analyzer::builtin().expect("the builtin profile");
+    assert!(a.python.loaded.get().is_none(), "nothing parsed before use");
+    assert!(!a.analyze(Python, "import os\nos.system('ls')").is_empty());
+    assert!(a.python.loaded.get().is_some());
+    assert!(a.javascript.loaded.get().is_none() && a.bash.loaded.get().is_none());
+
+    let broken = Analyzer {
+        python: LanguageRules::builtin("broken.toml", "[[rule]]\nid = "),
+        ..a
+    };
+    let findings = broken.analyze(Python, "x = 1");
+    assert_eq!(findings.len(), 1, "{findings:?}");
+    assert_eq!(findings[0].rule, "analyzer.rules-unavailable");
+    assert_eq!(findings[0].action, Action::Block);
+    assert!(
+        findings[0].message.contains("broken.toml"),
+        "{}",
+        findings[0].message
+    );
+    assert!(broken
+        .screen(Python, "x = 1", Mode::Block)
+        .blocked
+        .is_some());
+    assert!(broken.rules(Python).is_empty());
+    assert!(broken
+        .check_examples()
+        .iter()
+        .any(|f| f.starts_with("python rules:")));
+}
