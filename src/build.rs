@@ -1,4 +1,5 @@
-//! Build steps: the build's identity, and the redaction gate (see `src/pipeline/redact/gate.rs`).
+//! Build steps: the build's identity, the built-in TOML profiles as JSON (`write_profiles_as_json`),
+//! and the redaction gate (see `src/pipeline/redact/gate.rs`).
 //!
 //! `SANDPIT_BUILD_ID` is a hash of everything the build is made of (`src/`, `profiles/`,
 //! `Cargo.toml`, `Cargo.lock`): `sandpit` and the `sandpit-helper` binary compare it, so that a
@@ -36,6 +37,10 @@ const INPUTS: [&str; 4] = ["src", "profiles", "Cargo.toml", "Cargo.lock"];
 fn main() {
     if let Err(e) = write_build_id() {
         eprintln!("sandpit build: the build id: {e}");
+        std::process::exit(1);
+    }
+    if let Err(e) = write_profiles_as_json() {
+        eprintln!("sandpit build: the built-in profiles as JSON: {e}");
         std::process::exit(1);
     }
     if let Err(e) = write_gate() {
@@ -79,6 +84,31 @@ fn collect(path: &Path, files: &mut Vec<PathBuf>) -> Result<(), String> {
         }
     } else if meta.is_file() {
         files.push(path.to_path_buf());
+    }
+    Ok(())
+}
+
+/// The built-in TOML profiles that every start parses (the default policy, and the analyzer
+/// rules of the language it runs), as JSON in `OUT_DIR`: the same values, which serde_json
+/// parses several times faster than toml (the policy alone took ~0.4 ms of each `sandpit run`).
+/// The TOML files stay the source; unit tests check that both parse to the same values.
+const JSON_PROFILES: [(&str, &str); 4] = [
+    ("profiles/default-policy.toml", "default-policy.json"),
+    ("profiles/analyzer/python.toml", "analyzer-python.json"),
+    (
+        "profiles/analyzer/javascript.toml",
+        "analyzer-javascript.json",
+    ),
+    ("profiles/analyzer/bash.toml", "analyzer-bash.json"),
+];
+
+fn write_profiles_as_json() -> Result<(), String> {
+    let out = PathBuf::from(std::env::var("OUT_DIR").map_err(|e| format!("OUT_DIR: {e}"))?);
+    for (source, target) in JSON_PROFILES {
+        let text = std::fs::read_to_string(source).map_err(|e| format!("read {source}: {e}"))?;
+        let value: toml::Value = toml::from_str(&text).map_err(|e| format!("{source}: {e}"))?;
+        let json = serde_json::to_string(&value).map_err(|e| format!("{source}: {e}"))?;
+        std::fs::write(out.join(target), json).map_err(|e| format!("write {target}: {e}"))?;
     }
     Ok(())
 }

@@ -13,7 +13,12 @@ use crate::types::{ExecRequest, Language};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
+#[cfg(test)]
 const DEFAULT_POLICY: &str = include_str!("../../profiles/default-policy.toml");
+/// The same, as the JSON `src/build.rs` makes of it: what [`Policy::load`] parses at every
+/// start (serde_json reads it several times faster than toml; a unit test checks both are the
+/// same value).
+const DEFAULT_POLICY_JSON: &str = include_str!(concat!(env!("OUT_DIR"), "/default-policy.json"));
 
 /// The smallest limits every interpreter starts with on every backend (measured: below 64 MB
 /// the native helper or node fail to start, node needs about ten threads), for the policy and
@@ -244,7 +249,7 @@ impl Default for Policy {
     fn default() -> Self {
         // The embedded default is checked by a unit test; a failure here is a build defect.
         #[allow(clippy::expect_used)]
-        toml::from_str(DEFAULT_POLICY).expect("profiles/default-policy.toml is valid")
+        serde_json::from_str(DEFAULT_POLICY_JSON).expect("profiles/default-policy.toml is valid")
     }
 }
 
@@ -259,7 +264,7 @@ impl Policy {
     /// Loads the configuration: `explicit` file, else `./sandpit.toml`, else the user config dir
     /// (`~/.config/sandpit/sandpit.toml`), layered over the built-in defaults, then `SANDPIT_*`.
     pub fn load(explicit: Option<&Path>) -> Result<(Policy, ConfigSource)> {
-        let mut merged: toml::Value = toml::from_str(DEFAULT_POLICY)
+        let mut merged: toml::Value = serde_json::from_str(DEFAULT_POLICY_JSON)
             .map_err(|e| Error::Config(format!("built-in policy: {e}")))?;
         let file = match explicit {
             Some(p) => Some(p.to_path_buf()),
@@ -653,6 +658,20 @@ fn apply_env(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The default policy is embedded twice, as TOML (the source) and as the JSON that
+    /// `src/build.rs` makes of it (what every start parses): the same value, and the same policy.
+    #[test]
+    fn the_json_default_policy_is_the_toml_one() {
+        let from_toml: toml::Value = toml::from_str(DEFAULT_POLICY).unwrap();
+        let from_json: toml::Value = serde_json::from_str(DEFAULT_POLICY_JSON).unwrap();
+        assert_eq!(from_toml, from_json);
+        let policy: Policy = from_toml.try_into().unwrap();
+        assert_eq!(
+            serde_json::to_value(&policy).unwrap(),
+            serde_json::to_value(Policy::default()).unwrap()
+        );
+    }
     use crate::types::RequestLimits;
 
     #[test]

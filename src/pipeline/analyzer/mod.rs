@@ -99,11 +99,20 @@ pub enum AnalyzerError {
         rule: String,
         message: String,
     },
+    #[error("analyzer rules {file}: invalid JSON: {source}")]
+    Json {
+        file: String,
+        #[source]
+        source: serde_json::Error,
+    },
 }
 
-const BUILTIN_PYTHON: &str = include_str!("../../../profiles/analyzer/python.toml");
-const BUILTIN_JAVASCRIPT: &str = include_str!("../../../profiles/analyzer/javascript.toml");
-const BUILTIN_BASH: &str = include_str!("../../../profiles/analyzer/bash.toml");
+// The built-in profiles, as `src/build.rs` converts them to JSON (the TOML files are the
+// source; `builtin_json_profiles_are_the_toml_ones` checks both give the same rules).
+const BUILTIN_PYTHON: &str = include_str!(concat!(env!("OUT_DIR"), "/analyzer-python.json"));
+const BUILTIN_JAVASCRIPT: &str =
+    include_str!(concat!(env!("OUT_DIR"), "/analyzer-javascript.json"));
+const BUILTIN_BASH: &str = include_str!(concat!(env!("OUT_DIR"), "/analyzer-bash.json"));
 
 /// The rules of the three languages. Immutable once built: `Send + Sync`, share it in an `Arc`.
 #[derive(Debug, Clone)]
@@ -141,7 +150,7 @@ impl LanguageRules {
     fn get(&self, language: Language) -> Result<&[Rule], &str> {
         let loaded = self.loaded.get_or_init(|| {
             let (file, text) = self.builtin.unwrap_or(("(no rules)", ""));
-            rules::load(language, file, text).map_err(|e| e.to_string())
+            rules::load_as(rules::Format::Json, language, file, text).map_err(|e| e.to_string())
         });
         match loaded {
             Ok(rules) => Ok(rules),

@@ -990,3 +990,36 @@ fn builtin_rules_load_lazily_and_a_broken_profile_blocks() {
         .iter()
         .any(|f| f.starts_with("python rules:")));
 }
+
+/// The built-in profiles are embedded as the JSON `src/build.rs` makes of the TOML files: both
+/// give the same rules.
+#[test]
+fn builtin_json_profiles_are_the_toml_ones() {
+    for (language, toml_text, json_text) in [
+        (
+            Python,
+            include_str!("../../../profiles/analyzer/python.toml"),
+            BUILTIN_PYTHON,
+        ),
+        (
+            Javascript,
+            include_str!("../../../profiles/analyzer/javascript.toml"),
+            BUILTIN_JAVASCRIPT,
+        ),
+        (
+            Bash,
+            include_str!("../../../profiles/analyzer/bash.toml"),
+            BUILTIN_BASH,
+        ),
+    ] {
+        let from_toml = rules::load(language, "toml", toml_text).expect("the TOML profile");
+        let from_json = rules::load_as(rules::Format::Json, language, "json", json_text)
+            .expect("the JSON profile");
+        assert!(!from_toml.is_empty());
+        assert_eq!(
+            format!("{from_toml:?}"),
+            format!("{from_json:?}"),
+            "{language}"
+        );
+    }
+}
