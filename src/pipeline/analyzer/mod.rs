@@ -148,14 +148,15 @@ impl LanguageRules {
     }
 
     fn get(&self, language: Language) -> Result<&[Rule], &str> {
-        let loaded = self.loaded.get_or_init(|| {
-            let (file, text) = self.builtin.unwrap_or(("(no rules)", ""));
-            rules::load_as(rules::Format::Json, language, file, text).map_err(|e| e.to_string())
-        });
-        match loaded {
-            Ok(rules) => Ok(rules),
-            Err(e) => Err(e),
-        }
+        self.loaded
+            .get_or_init(|| match self.builtin {
+                Some((file, text)) => rules::load_as(rules::Format::Json, language, file, text)
+                    .map_err(|e| e.to_string()),
+                // Rules given as text were loaded when the analyzer was made (`loaded`).
+                None => Ok(Vec::new()),
+            })
+            .as_deref()
+            .map_err(String::as_str)
     }
 }
 
