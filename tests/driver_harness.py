@@ -56,6 +56,25 @@ def high_pipe():
     return hr, hw
 
 
+def final_expression(code):
+    """The LAST field of a Python request: START:END of the final expression statement in
+    bytes of `code`, "-" when there is none, "?" for code that does not parse."""
+    import ast
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return b"?"
+    if not tree.body or not isinstance(tree.body[-1], ast.Expr):
+        return b"-"
+    stmt = tree.body[-1]
+    offsets = [0]
+    for line in code.split(b"\n"):
+        offsets.append(offsets[-1] + len(line) + 1)
+    start = offsets[stmt.lineno - 1] + stmt.col_offset
+    end = offsets[stmt.end_lineno - 1] + stmt.end_col_offset
+    return b"%d:%d" % (start, end)
+
+
 class DriverDied(Exception):
     pass
 
@@ -166,7 +185,7 @@ class Session:
         return line
 
     # -- one cell ---------------------------------------------------------------------------
-    def execute(self, code, prelude=b"", interactive=False, typed=None, interrupt_after=None, timeout=15.0, flush=True, tools=None):
+    def execute(self, code, prelude=b"", interactive=False, typed=None, interrupt_after=None, timeout=15.0, flush=True, tools=None, last_at=None):
         """Runs one cell as the host does. Returns a dict with response/stdout/stderr/raw/elapsed
         and the tool calls the cell made (`calls`).  `tools(call)` answers a tool call as the
         host would: (True, result), (False, error), or None to leave it unanswered (the harness
@@ -198,7 +217,12 @@ class Session:
             prelude, code = prelude.replace(b"\0", b""), code.replace(b"\0", b"")
             frame = b"%d%d %s %-20d" % (1 if interactive else 0, 1 if prelude else 0, nonce.encode(), cid) + (prelude + b"\0" if prelude else b"") + code + b"\0"
         else:
-            frame = b"%d %s %d %d %d\n" % (cid, nonce.encode(), 1 if interactive else 0, len(prelude), len(code)) + prelude + code
+            header = b"%d %s %d %d %d" % (cid, nonce.encode(), 1 if interactive else 0, len(prelude), len(code))
+            if self.language == "python":
+                # Python's header says where the final expression is (the host works it out
+                # with tree-sitter): here CPython's own parser does, unless the test gives it.
+                header += b" " + (last_at if last_at is not None else final_expression(code))
+            frame = header + b"\n" + prelude + code
         started = time.monotonic()
         written = 0
         while written < len(frame):  # big frames: keep reading output while writing
@@ -555,6 +579,107 @@ def result_semantics(lang):
     if lang == "javascript":
         r = run(s, "let result = {deep: [1, {a: 'b'}]}")
         check(r["response"]["result"] == {"deep": [1, {"a": "b"}]}, "let result is seen too", r)
+
+
+@test("python")
+def final_expression_hint_py(lang):
+    """The header's LAST field: with the host's hint the driver compiles the text as it is
+    and never imports `ast`; with none ("?"), or a hint that does not hold, `ast` decides."""
+    s = fresh(lang)
+    r = run(s, "import sys\nresult = '_ast' in sys.modules")
+    check(r["response"]["result"] is False, "a hinted cell does not import _ast", r)
+    cases = [
+        ("1 + 1", 2),
+        ("x = 3; x * 2", 6),
+        ("x = 3\n\n(x,\n  x)  # a tuple\n# the end\n", [3, 3]),
+        ("x = 4; x;", 4),
+        ("'é😀'; 'ü' + 'x'", "üx"),
+        ("x = 5", None),
+        ("def f():\n    return 7\nf()", 7),
+    ]
+    for code, want in cases:
+        r = run(s, code)
+        check(r["response"]["status"] == "ok" and r["response"]["result"] == want, "hinted: %r" % code, r)
+    r = run(s, "import sys\nresult = '_ast' in sys.modules")
+    check(r["response"]["result"] is False, "hinted cells do not import _ast", r)
+    r = run(s, "import asyncio\nawait asyncio.sleep(0, 'slept')")  # (asyncio imports ast)
+    check(r["response"]["result"] == "slept", "hinted top-level await", r)
+    # The column and line of the final expression survive (the traceback's caret).
+    # The final expression's line and column survive: the traceback is the one `ast` gives.
+    for code in ["y = 0\nz = 1;  1 / y", "y = 0\n(1,\n   2 / y)", "y = 0\nz = [\n 1]; (z,\n\t 2 / y)"]:
+        hinted = run(s, code)["response"]["exception"]
+        plain = run(s, code, last_at=b"?")["response"]["exception"]
+        tb = lambda e: re.sub(r"<cell-\d+>", "<cell>", e["traceback"])
+        check(hinted["type"] == "ZeroDivisionError" and tb(hinted) == tb(plain) and "^" in tb(hinted),
+              "the final expression's traceback: %r" % code, (hinted, plain))
+    # No hint, or a wrong one: CPython's parser decides.
+    for code, last_at, want in [
+        ("2 + 2", b"?", 4),
+        ("x = 1\nx + 9", b"0:5", 10),        # not an expression: falls back
+        ("x = 1\nx + 9", b"6:7", 10),        # statements after it: falls back
+        ("x = 1\nx + 9", b"9:99", 10),       # out of range
+        ("x = 1\nx + 9", b"junk", 10),
+    ]:
+        r = run(s, code, last_at=last_at)
+        check(r["response"]["status"] == "ok" and r["response"]["result"] == want, "hint %r for %r" % (last_at, code), r)
+    # A syntax error is CPython's, whatever the hint.
+    for last_at in (b"-", b"0:5", b"?"):
+        r = run(s, "x = (1,\n", last_at=last_at)
+        ex = r["response"]["exception"]
+        check(r["response"]["status"] == "error" and ex["type"] == "SyntaxError", "syntax error with hint %r" % last_at, r)
+
+
+@test("python")
+def first_cell_without_the_ast_classes_py(lang):
+    """A session's first cell is compiled by exec() (builtin compile() would first make every
+    AST node class, 1.2-2 ms), with the same code, names, errors and warnings as compile()."""
+    made = "result = any(c.__name__ == 'AST' and c.__module__ == 'ast' for c in object.__subclasses__())"
+    s = fresh(lang)
+    r = run(s, "import sys\n" + made)
+    check(r["response"]["result"] is False, "the first cell made no AST class", r)
+    r = run(s, made)
+    check(r["response"]["result"] is True, "they are made after the first cell", r)
+    s = fresh(lang)
+    r = run(s, "def f():\n    return 1 / 0\nf()")
+    ex = r["response"]["exception"]
+    check(ex["type"] == "ZeroDivisionError" and 'File "<cell-1>", line 2, in f' in ex["traceback"]
+          and "return 1 / 0" in ex["traceback"], "a function of the first cell is filed under its name", ex)
+    s = fresh(lang)
+    r = run(s, "x = 1\nx is 1")
+    check(r["response"]["result"] is True and "<cell-1>:2: SyntaxWarning" in r["stderr"], "a warning names the cell", r)
+    s = fresh(lang)
+    r = run(s, "import asyncio\nawait asyncio.sleep(0, 'ok')")
+    check(r["response"]["result"] == "ok", "top-level await in a first cell", r)
+    s = fresh(lang)
+    r = run(s, "x = (1,\n")
+    check(r["response"]["exception"]["type"] == "SyntaxError" and "<cell-1>" in r["response"]["exception"]["traceback"],
+          "a syntax error in a first cell", r)
+    s = fresh(lang)
+    r = run(s, "class A:\n    y = [i for i in range(3)]\n    def m(self):\n        return (lambda: self.y)()\nA().m()")
+    check(r["response"]["result"] == [0, 1, 2], "classes, comprehensions and lambdas in a first cell", r)
+
+
+@test("python")
+def results_without_the_json_module_py(lang):
+    """Plain results are written without importing json (which imports re), byte for byte as
+    json writes them; other values still go through json."""
+    s = fresh(lang)
+    values = ["1 + 1", "[1, 'é', None, True, 2.5, -0.0, (1, 2)]", "{'a': {'b': [1e300, 'x\\n\\t\\\"\\x00']}}",
+              "'😀 / <'", "[]", "{}", "-(1 << 63)", "False", "0.1 + 0.2"]
+    for v in values:
+        r = run(s, "result = " + v)
+        want = json.dumps(eval(v), ensure_ascii=False)
+        check(b'"result":' + want.encode() + b',"exception"' in r["raw"], "result %s" % v, r["raw"])
+        r = run(s, v)  # the last expression: its value and a text/plain output
+        check(b'"result":' + want.encode() + b',"exception"' in r["raw"], "value of %s" % v, r["raw"])
+    r = run(s, "import sys\nresult = 'json' in sys.modules")
+    check(r["response"]["result"] is False, "plain results did not import json", r)
+    # Through json: big ints, int keys, deep nesting, long lists, NaN (a repr and a warning).
+    for v in ["1 << 70", "{1: 'a'}", "[" * 20 + "1" + "]" * 20, "list(range(300))"]:
+        r = run(s, "result = " + v)
+        check(r["response"]["result"] == json.loads(json.dumps(eval(v))), "json result %s" % v, r)
+    r = run(s, "result = float('nan')")
+    check(r["response"]["result"] == "nan" and len(r["response"]["warnings"]) == 1, "NaN", r)
 
 
 @test("python")

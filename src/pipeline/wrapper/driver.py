@@ -14,10 +14,12 @@
 #   1. On start the driver writes one line on fd 4:
 #        {"ready":true,"language":"python","version":"3.x.y","pid":N}
 #   2. Each request on fd 3 is an ASCII header line
-#        ID NONCE INTERACTIVE PRELUDE_LEN CODE_LEN\n
-#      (NONCE: 32 lowercase hex; INTERACTIVE: 0|1; lengths in bytes) followed by exactly
-#      PRELUDE_LEN bytes of prelude (a JSON object, or empty: each key becomes a global) and
-#      CODE_LEN bytes of UTF-8 code.
+#        ID NONCE INTERACTIVE PRELUDE_LEN CODE_LEN LAST\n
+#      (NONCE: 32 lowercase hex; INTERACTIVE: 0|1; lengths in bytes; LAST: where the code's
+#      final expression statement is, START:END in bytes of the code, "-" when it does not
+#      end in one, "?" when the host did not work it out) followed by exactly PRELUDE_LEN
+#      bytes of prelude (a JSON object, or empty: each key becomes a global) and CODE_LEN
+#      bytes of UTF-8 code.
 #   3. The code runs in one persistent namespace (the module registered as __main__).  When
 #      it ends (normally, by an exception, by sys.exit or by an interrupt) the driver flushes
 #      sys.stdout/sys.stderr and sys.__stdout__/sys.__stderr__, writes the end marker
@@ -108,18 +110,69 @@ def _driver():
             encoders.append(json)
         return encoders[0]
 
+    # Plain values are written without the json module, which imports `re` (3-5 ms of the
+    # first cell that returns a value): _json's C string encoder (what JSONEncoder uses) and
+    # the same separators. Anything else, or more than PLAIN_JSON_ITEMS items (the C encoder
+    # is faster once imported), goes to json.
+    try:
+        from _json import encode_basestring as json_string
+    except ImportError:
+        json_string = None
+    PLAIN_JSON_ITEMS = 256
+
+    def plain_json(value):
+        """JSONEncoder(ensure_ascii=False).encode(value) for exactly None, bool, str, int
+        (64-bit), finite float and lists, tuples and str-keyed dicts of them, 16 levels deep;
+        None for anything else."""
+        budget = [PLAIN_JSON_ITEMS]
+
+        def enc(v, depth):
+            budget[0] -= 1
+            if budget[0] < 0 or depth > 16:
+                raise OverflowError
+            t = type(v)
+            if t is str:
+                return json_string(v)
+            if v is None:
+                return "null"
+            if t is bool:
+                return "true" if v else "false"
+            if t is int and -(1 << 63) <= v < (1 << 63):
+                return int.__repr__(v)
+            if t is float and v - v == 0.0:  # finite (NaN and infinities: json decides)
+                return float.__repr__(v)
+            if t is list or t is tuple:
+                return "[" + ", ".join([enc(x, depth + 1) for x in v]) + "]"
+            if t is dict:
+                items = []
+                for k, x in v.items():
+                    if type(k) is not str:
+                        raise OverflowError
+                    items.append(json_string(k) + ": " + enc(x, depth + 1))
+                return "{" + ", ".join(items) + "}"
+            raise OverflowError
+
+        if json_string is None:
+            return None
+        try:
+            return enc(value, 0)
+        except OverflowError:
+            return None
+
     def dumps(value):
-        if value is None:
-            return "null"
-        if value == []:
-            return "[]"
-        return json_module().JSONEncoder(ensure_ascii=False).encode(value)
+        text = plain_json(value)
+        if text is None:
+            text = json_module().JSONEncoder(ensure_ascii=False).encode(value)
+        return text
 
     def loads(text):
         return json_module().loads(text)
 
     def strict_dumps(value):
-        return json_module().JSONEncoder(ensure_ascii=False, allow_nan=False).encode(value)
+        text = plain_json(value)
+        if text is None:
+            text = json_module().JSONEncoder(ensure_ascii=False, allow_nan=False).encode(value)
+        return text
     sigint = signal.SIGINT
     set_signal = signal.signal
     SIG_IGN = signal.SIG_IGN
@@ -145,7 +198,14 @@ def _driver():
         del memory_reserve[:]
     CO_COROUTINE = 0x80  # inspect.CO_COROUTINE
     TOP_LEVEL_AWAIT = 0x2000  # ast.PyCF_ALLOW_TOP_LEVEL_AWAIT (stable since 3.8; ast costs ~2 ms)
-    _ast = None  # the C module behind `ast` (node classes, PyCF_ONLY_AST): after the ready line
+    _ast = None  # the C module behind `ast` (PyCF_ONLY_AST): only for a cell without the host's hint
+    CodeType = type(_driver.__code__)
+    try:
+        import _warnings as warnings_c  # the C module behind `warnings`
+        warnings_c._filters_mutated
+        ALL_WARNINGS_ARE_ERRORS = ("error", None, Warning, None, 0)
+    except (ImportError, AttributeError):
+        warnings_c = None
     MAX_VALUE_TEXT = 1 << 20  # the repr of a last expression, at most (the host caps it too)
 
     if wasi:
@@ -491,9 +551,123 @@ def _driver():
             for i in dis.get_instructions(co)
         )
 
-    def compile_cell(code, name):
+    # Builtin compile() builds every AST node class at its first call (PyAST_Check, 1.2-2 ms:
+    # most of a session's first cell, and nothing `python3 -c` pays), even for a text.
+    # exec() and eval() parse and compile a text without them, so the first cell is compiled
+    # by exec_compile, and the node classes are made once its response is out (ast_ready).
+    ast_ready = [False]
+
+    class Compiled(BaseException):
+        pass
+
+    compiled = Compiled()
+    exec_compile_works = [None]  # checked at its first use: exec_compile_probe
+
+    def exec_compile(text, name, mode):
+        """compile(text, name, mode) by way of exec()/eval(): the code object is taken from
+        the frame it runs in by a trace function that raises before the frame runs anything
+        (and the code could only reach an empty scratch namespace without builtins if it
+        did). Warnings are errors meanwhile, so a text that warns goes to compile() and warns
+        there, under its own name; so does one it cannot compile (top-level await)."""
+        got = []
+        caller = sys._getframe()
+
+        def stop(frame, event, arg):
+            if frame.f_back is not caller or frame.f_code.co_name != "<module>":
+                return None
+            got.append(frame.f_code)
+            raise compiled
+
+        filters = warnings_c.filters
+        filters.insert(0, ALL_WARNINGS_ARE_ERRORS)
+        warnings_c._filters_mutated()
+        sys.settrace(stop)
+        try:
+            (exec if mode == "exec" else eval)(text, {"__builtins__": {}})
+        except Compiled:
+            pass
+        finally:
+            sys.settrace(None)
+            filters.remove(ALL_WARNINGS_ARE_ERRORS)
+            warnings_c._filters_mutated()
+        if len(got) != 1:
+            raise RuntimeError("exec_compile: no code object")
+        return renamed(got[0], name)
+
+    def exec_compile_probe():
+        """Whether exec_compile stops the code before it runs, here (checked once)."""
+        if exec_compile_works[0] is None:
+            ok = False
+            try:
+                ok = sys.gettrace() is None and exec_compile("pass", "<probe>", "exec").co_filename == "<probe>"
+            except Exception:
+                pass
+            exec_compile_works[0] = ok
+        return exec_compile_works[0]
+
+    def renamed(co, name):
+        """co, and the code objects it holds (functions, classes, comprehensions), filed
+        under `name`."""
+        consts = co.co_consts
+        if any(type(c) is CodeType for c in consts):
+            consts = tuple(renamed(c, name) if type(c) is CodeType else c for c in consts)
+            return co.replace(co_filename=name, co_consts=consts)
+        return co.replace(co_filename=name)
+
+    def compile_text(text, name, mode):
+        """compile() with top-level await; exec_compile until the AST classes are made."""
+        if not ast_ready[0] and warnings_c is not None and exec_compile_probe():
+            try:
+                return exec_compile(text, name, mode)
+            except Exception:
+                pass
+        ast_ready[0] = True  # compile() makes them now
+        return compile(text, name, mode, TOP_LEVEL_AWAIT, True)
+
+    def compile_cell(code, raw, name, last_at):
         """The cell as (code object, code of its last expression or None): a cell that ends
-        in an expression statement gives that expression's value, as the REPL does."""
+        in an expression statement gives that expression's value, as the REPL does.
+        The host's hint (LAST) says where that statement is, so the text compiles as it is;
+        without one, or when the hint does not hold, `ast` finds it (see compile_with_ast)."""
+        if last_at == b"-":
+            return compile_text(code, name, "exec"), None
+        if last_at != b"?":
+            try:
+                return compile_with_hint(raw, name, last_at)
+            except Exception:
+                pass  # not as the host said: CPython's own parser decides, and raises its error
+        return compile_with_ast(code, name)
+
+    def compile_with_hint(raw, name, last_at):
+        """The text before the final expression, and the expression, compiled apart. The
+        expression's part keeps its line and column (for tracebacks): blank lines before it,
+        and it sits in parentheses, which may span lines, padded to its column."""
+        start, end = [int(x) for x in last_at.split(b":")]
+        head, expr, tail = raw[:start], raw[start:end], raw[end:]
+        if not (0 <= start < end <= len(raw)):
+            raise ValueError(last_at)
+        for line in tail.split(b"\n"):  # only blanks, a ";" and comments after it
+            line = line.strip(b" \t\f")
+            if line.startswith(b";"):
+                line = line[1:].lstrip(b" \t\f")
+            if line and not line.startswith(b"#"):
+                raise ValueError(tail)
+        lines = head.count(b"\n")
+        column = len(head) - head.rfind(b"\n") - 1
+        if lines:
+            text = b"(" + b"\n" * lines + b" " * column + expr + b"\n)"
+        elif column:
+            text = b"(" + b" " * (column - 1) + expr + b"\n)"
+        else:
+            text = expr
+        last = compile_text(text.decode("utf-8"), name, "eval")
+        return compile_text(head.decode("utf-8"), name, "exec"), last
+
+    def compile_with_ast(code, name):
+        nonlocal _ast
+        if _ast is None:
+            import _ast
+        ast_ready[0] = True
         tree = compile(code, name, "exec", TOP_LEVEL_AWAIT | _ast.PyCF_ONLY_AST, True)
         last = None
         if tree.body and type(tree.body[-1]) is _ast.Expr:
@@ -526,7 +700,8 @@ def _driver():
             except BaseException:
                 pass
 
-    def run_cell(cid, nonce, interactive, prelude, code):
+    def run_cell(cid, nonce, interactive, prelude, raw, last_at):
+        code = raw.decode("utf-8")
         nonlocal cell_handler, fd0_is_null
         status, exit_code, exception, warnings = "ok", 0, None, []
         take_memory_reserve()
@@ -560,7 +735,7 @@ def _driver():
                 name = "<cell-%d>" % cid
                 if len(code) <= MAX_KEPT_SOURCE:
                     keep_source(name, code)
-                co, last = compile_cell(code, name)
+                co, last = compile_cell(code, raw, name, last_at)
                 run_code(co)
                 if last is not None:
                     value = run_code(last)
@@ -655,15 +830,17 @@ def _driver():
         response = '{"id":%d,"nonce":"%s","status":"%s","exit_code":%d,"result":%s,"exception":%s,"warnings":%s,"outputs":%s}\n' % (
             cid, nonce.decode(), status, exit_code, result, dumps(exception), dumps(warnings), outputs)
         write_all(response_fd, response.encode("utf-8", "replace"))
+        if not ast_ready[0]:
+            # The AST classes for the next cell's compile(), made while the host reads the
+            # response (a one-shot run ends the interpreter meanwhile).
+            ast_ready[0] = True
+            compile("", "<sandpit>", "exec")
 
     write_all(response_fd, ('{"ready":true,"language":"python","version":"%s","pid":%d}\n'
                            % (sys.version.split()[0], os.getpid())).encode())
-    # What every cell needs but the ready line does not, imported while the host frames the
-    # first request (or while a pooled session waits for one): _ast (0.6 ms: it makes every
-    # node class). (The ^D the host queues on the terminal for a non-interactive cell, for a
-    # program that opens /dev/tty, is not read away here: the host discards unread terminal
-    # input before every cell, `flush_terminal_input`.)
-    import _ast
+    # (The ^D the host queues on the terminal for a non-interactive cell, for a program that
+    # opens /dev/tty, is not read away here: the host discards unread terminal input before
+    # every cell, `flush_terminal_input`.)
 
     while True:
         header = requests.readline()
@@ -672,7 +849,7 @@ def _driver():
         if header.startswith(b"{"):
             continue  # the answer to a tool call an interrupt abandoned
         try:
-            cid, nonce, interactive, plen, clen = header.split()
+            cid, nonce, interactive, plen, clen, last_at = header.split()
             cid, plen, clen = int(cid), int(plen), int(clen)
         except ValueError:
             os.write(2, b"sandpit driver: bad request header: %r\n" % header[:200])
@@ -680,7 +857,7 @@ def _driver():
         body = requests.read(plen + clen)
         if len(body) != plen + clen:
             break
-        run_cell(cid, nonce, interactive == b"1", body[:plen].decode("utf-8"), body[plen:].decode("utf-8"))
+        run_cell(cid, nonce, interactive == b"1", body[:plen].decode("utf-8"), body[plen:], last_at)
     os._exit(0)
 
 

@@ -7,8 +7,9 @@
 //! `$SANDPIT_CHANNELS/responses`):
 //! - fd 0/1: the session's terminal (stdin, stdout); fd 2: a separate stderr pipe;
 //! - fd 3: requests, host → driver: a header line `ID NONCE INTERACTIVE PRELUDE_LEN CODE_LEN\n`
-//!   then exactly that many bytes of prelude (`input_data`) and code (bash has a fixed-width
-//!   header and NUL-ended fields instead: see [`encode_request`]);
+//!   then exactly that many bytes of prelude (`input_data`) and code (Python's header has one
+//!   more field, where the cell's final expression is: [`final_expression`]; bash has a
+//!   fixed-width header and NUL-ended fields instead: see [`encode_request`]);
 //! - fd 4: responses, driver → host: one JSON line per cell, and a `ready` line at start.
 //!
 //! After a cell the driver flushes, writes the end marker `\x1esandpit-end:NONCE\x1e` on stdout
@@ -43,6 +44,7 @@
 //! it to whoever follows the cell (SSE `display`, MCP progress) and ignores it otherwise; the
 //! cell's response still carries every output, so a client that missed one loses nothing.
 
+pub mod final_expression;
 pub mod precompiled;
 
 use crate::pipeline::tools::ToolCall;
@@ -93,6 +95,11 @@ pub fn end_marker(nonce: &str) -> Vec<u8> {
 /// Encodes one request frame for fd 3: the header `ID NONCE INTERACTIVE PRELUDE_LEN CODE_LEN\n`,
 /// then the prelude and the code.
 ///
+/// Python's header ends with one more field, `ID NONCE INTERACTIVE PRELUDE_LEN CODE_LEN LAST\n`:
+/// where the cell's final expression statement is, `START:END` in bytes of the code, `-` when
+/// it does not end in one, `?` when the host did not work it out
+/// ([`final_expression::python_final_expression`]).
+///
 /// Bash reads a pipe one byte per system call except for a `read -N COUNT`, so its request
 /// has a fixed-width header the driver reads with two such reads: `IP NONCE ID`, 56 ASCII
 /// bytes, where I is INTERACTIVE (0 or 1), P is 1 when a prelude follows, NONCE its 32 hex
@@ -117,12 +124,17 @@ pub fn encode_request(
         serde_json::Value::Object(input.clone().into_iter().collect()).to_string()
     };
     let mut frame = format!(
-        "{id} {nonce} {} {} {}\n",
+        "{id} {nonce} {} {} {}",
         u8::from(interactive),
         prelude.len(),
         code.len()
-    )
-    .into_bytes();
+    );
+    if lang == Language::Python {
+        frame.push(' ');
+        frame.push_str(&final_expression::python_final_expression(code).header_field());
+    }
+    frame.push('\n');
+    let mut frame = frame.into_bytes();
     frame.extend_from_slice(prelude.as_bytes());
     frame.extend_from_slice(code.as_bytes());
     frame
@@ -391,7 +403,9 @@ mod tests {
         input.insert("n".to_string(), serde_json::json!(3));
         let f = encode_request(Language::Python, 7, "ab", false, &input, "é=1");
         let s = String::from_utf8(f).unwrap();
-        assert_eq!(s, "7 ab 0 7 4\n{\"n\":3}é=1");
+        assert_eq!(s, "7 ab 0 7 4 -\n{\"n\":3}é=1");
+        let f = encode_request(Language::Python, 8, "ab", true, &BTreeMap::new(), "x=1\né");
+        assert_eq!(f, "8 ab 1 0 6 4:6\nx=1\né".as_bytes());
     }
 
     #[test]
