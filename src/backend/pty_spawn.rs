@@ -52,6 +52,10 @@ pub struct Extras {
     /// request channel, which the child (the Linux helper) waits for before it forks anything.
     pub place: Option<Placement>,
     pub guard: Box<dyn Send + Sync>,
+    /// Removes what can go while the killed processes are still being torn down (run right
+    /// after the kill, before the wait for them: the work overlaps). Whatever it leaves, the
+    /// guard removes after the wait.
+    pub remove_while_dying: Option<Box<dyn Fn() + Send + Sync>>,
     pub oom_killed: Option<Box<dyn Fn() -> bool + Send + Sync>>,
     /// Kills every process of the sandbox the process-group kill cannot reach; called with
     /// the spawned process's pid, before the process-group kill (which ends that process).
@@ -349,6 +353,9 @@ impl SandboxControl for PtyControl {
             nix::unistd::Pid::from_raw(self.pgid),
             nix::sys::signal::Signal::SIGKILL,
         );
+        if let Some(remove) = &self.extras.remove_while_dying {
+            remove();
+        }
     }
 
     fn flush_terminal_input(&self) -> Result<()> {

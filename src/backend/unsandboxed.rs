@@ -58,6 +58,14 @@ impl Plan for UnsandboxedPlan {
                 program,
                 super::pty_spawn::Extras {
                     place: None,
+                    // The directories go while the killed interpreter is torn down (a file
+                    // its last system call makes meanwhile is left for the guard).
+                    remove_while_dying: Some(Box::new({
+                        let base = dirs.0.clone();
+                        move || {
+                            let _ = std::fs::remove_dir_all(&base);
+                        }
+                    })),
                     guard: Box::new(dirs),
                     oom_killed: None,
                     kill_all: None,

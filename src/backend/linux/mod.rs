@@ -911,6 +911,9 @@ impl Planned {
             super::pty_spawn::Extras {
                 place,
                 guard: Box::new(guard),
+                // The session's directories may be mount points of the dying sandbox, and its
+                // cgroups stay busy until the last process is gone: all of it waits.
+                remove_while_dying: None,
                 oom_killed: cg_oom.map(|c| {
                     Box::new(move || c.oom_kills() > 0) as Box<dyn Fn() -> bool + Send + Sync>
                 }),

@@ -342,6 +342,7 @@ impl Planned {
             super::pty_spawn::Extras {
                 place: None,
                 guard: Box::new(guard),
+                remove_while_dying: None,
                 oom_killed: Some(Box::new(move || oom.load(Ordering::SeqCst))),
                 // Daemons that left the process group: the init stage sweeps them.
                 kill_all: Some(Box::new(sweep)),
