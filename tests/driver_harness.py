@@ -214,8 +214,12 @@ class Session:
             os.write(self.master, b"\x04")
         if self.language == "bash":
             # As the host frames it (encode_request): NULs dropped, each field NUL-ended.
+            # An ASCII code by its length, any other NUL-ended.
             prelude, code = prelude.replace(b"\0", b""), code.replace(b"\0", b"")
-            frame = b"%d%d %s %-20d" % (1 if interactive else 0, 1 if prelude else 0, nonce.encode(), cid) + (prelude + b"\0" if prelude else b"") + code + b"\0"
+            by_count = code.isascii() and code != b""
+            length = b"%d" % len(code) if by_count else b"-"
+            frame = b"%d%d %s %-20d %-10s" % (1 if interactive else 0, 1 if prelude else 0, nonce.encode(), cid, length) \
+                + (prelude + b"\0" if prelude else b"") + code + (b"" if by_count else b"\0")
         else:
             header = b"%d %s %d %d %d" % (cid, nonce.encode(), 1 if interactive else 0, len(prelude), len(code))
             if self.language == "python":
@@ -1311,6 +1315,27 @@ def large_code_and_unicode(lang):
     }[lang]
     r = run(s, code, timeout=60)
     check(r["response"]["result"] == 300000 or r["stdout"] == "300000\n", "a large multibyte cell is framed by bytes", (r["response"], r["stdout"][:100]))
+
+
+@test("bash")
+def code_arrives_whole_sh(lang):
+    """An ASCII cell is read by its length, any other up to its NUL: either way the shell gets
+    the text exactly (backslashes, tabs, carriage returns, trailing blanks and newlines, a
+    large one), whatever the locale the user left."""
+    s = fresh(lang)
+    payloads = ["a\\b \\\n c\td  \r\n\n\n", "x" * 200000 + "\n", "é\\n\t😀  \n\n", "-\n", "{\n"]
+    for locale in ["", "export LC_ALL=C", "export LC_ALL=C.UTF-8"]:
+        if locale:
+            run(s, locale)
+        for p in payloads:
+            r = run(s, "cat <<'SANDPIT_EOF'\n" + p + "SANDPIT_EOF", timeout=30)
+            check(r["response"]["status"] == "ok" and r["stdout"].replace("\r\n", "\n") == p.replace("\r\n", "\n"),
+                  "payload %r with %r" % (p[:20], locale), (r["response"], r["stdout"][:100]))
+        r = run(s, "echo ok")
+        check(r["stdout"] == "ok\n", "the next request after them (%r)" % locale, r)
+    # The empty cell, by delimiter.
+    r = run(s, "")
+    check(r["response"]["status"] == "ok", "an empty cell", r)
 
 
 def echo_tool(call):

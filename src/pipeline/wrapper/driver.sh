@@ -15,14 +15,17 @@ __sp_cell() { builtin trap '{ builtin eval "$__sp_on_err"; } 2>/dev/null' ERR; [
 # Protocol
 #   1. On start the driver writes one line on fd 4:
 #        {"ready":true,"language":"bash","version":"5.x.y","pid":N}
-#   2. Each request on fd 3 is a fixed-width ASCII header of 56 bytes, no newline,
-#        IP NONCE ID
+#   2. Each request on fd 3 is a fixed-width ASCII header of 67 bytes, no newline,
+#        IP NONCE ID LEN
 #      (I: INTERACTIVE, 0|1; P: 1 when a prelude follows; NONCE: 32 lowercase hex; ID: the
-#      cell id left-aligned in 20 characters, padded with spaces), followed, when P is 1, by
-#      the prelude (`export NAME='value'` lines, evaluated in the shell before the code) and a
-#      NUL byte, then by the code and a NUL byte. The host removes NUL bytes from both first
-#      (bash strings cannot hold them), so each field ends at its NUL and is read whole by one
-#      mapfile, whatever the locale.
+#      cell id left-aligned in 20 characters, LEN the code's length in bytes left-aligned in
+#      10, both padded with spaces), followed, when P is 1, by the prelude (`export
+#      NAME='value'` lines, evaluated in the shell before the code) and a NUL byte, then by
+#      the code: exactly LEN bytes of ASCII, or, when LEN is "-", any text and a NUL byte.
+#      The host removes NUL bytes from both first (bash strings cannot hold them), so a field
+#      ends at its NUL and is read whole by one mapfile, whatever the locale; an ASCII code is
+#      read by one `read -N LEN` (one system call, where mapfile reads a pipe byte by byte),
+#      as ASCII bytes are characters in any locale.
 #   3. The code runs in this shell, so variables, functions, options and the working
 #      directory persist.  When it ends the driver writes the end marker
 #      "\x1esandpit-end:NONCE\x1e" on fd 1 and on fd 2, then one line on fd 4:
@@ -301,23 +304,29 @@ __sp_fl=
 # free fds at or above 10 (closed at start). The driver reads and writes 10 and 11, and a
 # non-interactive cell runs with the loop's stdin, /dev/null, without a redirection; after the
 # cell a test (two fstat and a stat) finds whether the cell's `exec` changed 0, 3 or 4.
-# The request (see "Protocol"): the header's first byte, then its other 55 bytes, each by one
+# The request (see "Protocol"): the header's first byte, then its other 66 bytes, each by one
 # `read -N` (bash 5.1+ reads a -N count with one system call, where it reads a line byte by
 # byte so as not to read past its newline; a -N read is assigned whole, whatever IFS), then
-# the prelude and the code, each ending at a NUL byte, each read by one mapfile (a field's one
-# element; bash drops the NUL). The header is ASCII, so character offsets are byte offsets in
-# any locale. A first byte "{" starts a late tool answer: its line is skipped.
+# the prelude, ending at a NUL byte, read by one mapfile (a field's one element; bash drops
+# the NUL), and the code: an ASCII one by one `read -N LEN`, any other as the prelude. The
+# header is ASCII, so character offsets are byte offsets in any locale. A first byte "{"
+# starts a late tool answer: its line is skipped.
 while builtin read -r -N 1 -u 10 __sp_inter || break; do
     if [[ $__sp_inter == '{' ]]; then
         IFS= builtin read -r -u 10 __sp_junk
         continue
     fi
-    builtin read -r -N 55 -u 10 __sp_h || break
+    builtin read -r -N 66 -u 10 __sp_h || break
     # One command for all the per-cell variables (bash assigns from left to right).
-    __sp_plen=${__sp_h:0:1} __sp_nonce=${__sp_h:2:32} __sp_id=${__sp_h:35} __sp_id=${__sp_id%% *} \
+    __sp_plen=${__sp_h:0:1} __sp_nonce=${__sp_h:2:32} __sp_id=${__sp_h:35:20} __sp_id=${__sp_id%% *} \
+        __sp_len=${__sp_h:56} __sp_len=${__sp_len%% *} \
         __sp_prelude= __sp_code= __sp_k= __sp_int=0 __sp_f= __sp_mark=$'\036sandpit-end:'$__sp_nonce$'\036'
     [[ $__sp_plen == 0 ]] || builtin mapfile -d '' -n 1 -u 10 __sp_prelude || break
-    builtin mapfile -d '' -n 1 -u 10 __sp_code || break
+    if [[ $__sp_len == - ]]; then
+        builtin mapfile -d '' -n 1 -u 10 __sp_code || break
+    else
+        builtin read -r -N "$__sp_len" -u 10 __sp_code || break
+    fi
     # Only declare/typeset/local can leave variables local to the cell's function (__sp_k=k:
     # __sp_cellk saves them), only sandpit-tool calls a host tool (__sp_tool_track: the cell
     # file is kept from then on), and source/eval/. may run either (;;& tests the next pattern

@@ -101,12 +101,16 @@ pub fn end_marker(nonce: &str) -> Vec<u8> {
 /// ([`final_expression::python_final_expression`]).
 ///
 /// Bash reads a pipe one byte per system call except for a `read -N COUNT`, so its request
-/// has a fixed-width header the driver reads with two such reads: `IP NONCE ID`, 56 ASCII
+/// has a fixed-width header the driver reads with two such reads: `IP NONCE ID LEN`, 67 ASCII
 /// bytes, where I is INTERACTIVE (0 or 1), P is 1 when a prelude follows, NONCE its 32 hex
-/// characters and ID the cell id left-aligned in 20 characters, padded with spaces (a u64 has
-/// at most 20 digits); no newline. Its prelude and code each end at a NUL byte (the prelude
-/// only when there is one), which the driver reads with one `mapfile -d ''`; NUL bytes in the
-/// texts are dropped first (a bash string cannot hold them, and one would end the field early).
+/// characters, ID the cell id left-aligned in 20 characters and LEN the code's length in
+/// bytes left-aligned in 10, both padded with spaces (a u64 has at most 20 digits); no
+/// newline. Its prelude (when there is one) ends at a NUL byte, read with one `mapfile -d ''`
+/// (byte by byte, as bash reads a pipe up to a delimiter). The code follows: exactly LEN bytes,
+/// read by one `read -N LEN` (one system call) when it is ASCII, where bytes and characters
+/// are the same in any locale; otherwise LEN is `-` and the code ends at a NUL byte, read as
+/// the prelude is. NUL bytes in the texts are dropped first (a bash string cannot hold them,
+/// and one would end a field early).
 pub fn encode_request(
     lang: Language,
     id: u64,
@@ -148,13 +152,21 @@ fn encode_bash_request(
     input: &BTreeMap<String, serde_json::Value>,
     code: &str,
 ) -> Vec<u8> {
-    // The driver reads exactly 56 header bytes: a nonce of another length would shift the
+    // The driver reads exactly 67 header bytes: a nonce of another length would shift the
     // fields of this request and of every later one. new_nonce() makes 32.
     assert_eq!(nonce.len(), 32, "a bash request needs a 32-character nonce");
     let prelude = bash_exports(input).replace('\0', "");
     let code = code.replace('\0', "");
+    // By count when bytes are characters whatever the shell's locale (and `read -N 0` would
+    // wait for a byte that never comes): by delimiter otherwise.
+    let by_count = code.is_ascii() && !code.is_empty();
+    let len = if by_count {
+        code.len().to_string()
+    } else {
+        "-".to_string()
+    };
     let mut frame = format!(
-        "{}{} {nonce} {id:<20}",
+        "{}{} {nonce} {id:<20} {len:<10}",
         u8::from(interactive),
         u8::from(!prelude.is_empty())
     )
@@ -165,12 +177,14 @@ fn encode_bash_request(
         frame.push(0);
     }
     frame.extend_from_slice(code.as_bytes());
-    frame.push(0);
+    if !by_count {
+        frame.push(0);
+    }
     frame
 }
 
-/// The length of a bash request's header (`read -N 1` then `read -N 55` in `driver.sh`).
-pub const BASH_HEADER_LEN: usize = 56;
+/// The length of a bash request's header (`read -N 1` then `read -N 66` in `driver.sh`).
+pub const BASH_HEADER_LEN: usize = 67;
 
 /// `input_data` for bash: `export NAME='value'` lines, strings as-is, other values as JSON.
 /// Names are validated as identifiers before this point ([`crate::policy::Policy::validate`]).
@@ -412,20 +426,25 @@ mod tests {
     fn bash_headers_are_fixed_width_and_fields_end_at_a_nul() {
         let nonce = "0123456789abcdef0123456789abcdef";
         let none = BTreeMap::new();
+        // Not ASCII: the code ends at a NUL.
         let f = encode_request(Language::Bash, 1, nonce, false, &none, "echo é");
         assert_eq!(
             &f[..BASH_HEADER_LEN],
-            format!("00 {nonce} 1{}", " ".repeat(19)).as_bytes()
+            format!("00 {nonce} 1{} -{}", " ".repeat(19), " ".repeat(9)).as_bytes()
         );
         assert_eq!(&f[BASH_HEADER_LEN..], b"echo \xc3\xa9\0");
+        // ASCII: its length in bytes, and no NUL.
         let mut input = BTreeMap::new();
         input.insert("A".to_string(), serde_json::json!("x\0y"));
         let f = encode_request(Language::Bash, u64::MAX, nonce, true, &input, "a\0b");
         assert_eq!(
             &f[..BASH_HEADER_LEN],
-            format!("11 {nonce} {}", u64::MAX).as_bytes()
+            format!("11 {nonce} {} 2{}", u64::MAX, " ".repeat(9)).as_bytes()
         );
-        assert_eq!(&f[BASH_HEADER_LEN..], b"export A='xy'\n\0ab\0");
+        assert_eq!(&f[BASH_HEADER_LEN..], b"export A='xy'\n\0ab");
+        // Empty code: by delimiter (`read -N 0` would wait for a byte).
+        let f = encode_request(Language::Bash, 2, nonce, false, &none, "\0");
+        assert_eq!(&f[BASH_HEADER_LEN - 10..], b"-         \0");
         // Only bash's fields are NUL-ended; the others keep their NULs (JSON escapes them).
         let f = encode_request(Language::Javascript, 3, "ab", false, &none, "'\0'");
         assert_eq!(f, b"3 ab 0 0 3\n'\0'");
