@@ -188,12 +188,15 @@ fn pump(mut r: Reader) -> mpsc::Receiver<Vec<u8>> {
     use tokio::io::AsyncReadExt;
     let (tx, rx) = mpsc::channel(16);
     tokio::spawn(async move {
-        let mut buf = vec![0u8; 64 * 1024];
+        // Read into spare capacity: a zeroed buffer would touch (fault in) all 16 pages at
+        // every session start, where most cells print a few bytes.
+        let mut buf = Vec::with_capacity(64 * 1024);
         loop {
-            match r.read(&mut buf).await {
+            buf.clear();
+            match r.read_buf(&mut buf).await {
                 Ok(0) | Err(_) => break, // EOF, or EIO from a PTY whose other side is gone
-                Ok(n) => {
-                    if tx.send(buf[..n].to_vec()).await.is_err() {
+                Ok(_) => {
+                    if tx.send(buf.clone()).await.is_err() {
                         break;
                     }
                 }
