@@ -362,12 +362,21 @@ impl Session {
     }
 
     /// Waits, up to a second, until the interpreter has finished what its driver starts after
-    /// the ready line: the JavaScript driver's SIGINT-watchdog worker (tens of ms of CPU, a
-    /// Node isolate of its own). The warm pool calls it before it counts a sandbox as ready,
-    /// so that the sandbox it hands out is idle rather than competing with its first cell.
-    /// Polls a flag of the driver with trivial cells; gives up quietly (the session works
-    /// either way, its cells only slower while the worker starts).
+    /// the ready line or its first cell: the JavaScript driver's SIGINT-watchdog worker (tens
+    /// of ms of CPU, a Node isolate of its own), the Python driver's AST classes for
+    /// `compile()` (1.2-2 ms, made once its first response is out). The warm pool calls it
+    /// after a first cell and before it counts a sandbox as ready, so that the sandbox it
+    /// hands out is idle rather than competing with its first cell. JavaScript: polls a flag
+    /// of the driver with trivial cells; Python: one trivial cell, which the driver reads once
+    /// that work is done. Gives up quietly (the session works either way, its cells only
+    /// slower meanwhile).
     pub async fn settle(&mut self) {
+        if self.spec.language == Language::Python {
+            let _ = self
+                .execute("pass", ExecOptions::with_timeout(Duration::from_secs(1)))
+                .await;
+            return;
+        }
         let javascript_on_node = self.spec.language == Language::Javascript
             && self.backend.kind() != crate::backend::BackendKind::Wasi;
         if !javascript_on_node {
