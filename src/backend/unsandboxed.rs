@@ -18,12 +18,17 @@ impl UnsandboxedBackend {
     }
 }
 
-/// The session's directories, removed when the session ends.
-struct TempDir(PathBuf);
+/// The session's directories, removed when the session ends; the owner lock marks them as
+/// this process's until then (`session_dirs`: a later start sweeps those of a sandpit that
+/// died without removing them).
+struct TempDir {
+    path: PathBuf,
+    _owner: super::session_dirs::OwnerLock,
+}
 
 impl Drop for TempDir {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        let _ = std::fs::remove_dir_all(&self.path);
     }
 }
 
@@ -61,7 +66,7 @@ impl Plan for UnsandboxedPlan {
                     // The directories go while the killed interpreter is torn down (a file
                     // its last system call makes meanwhile is left for the guard).
                     remove_while_dying: Some(Box::new({
-                        let base = dirs.0.clone();
+                        let base = dirs.path.clone();
                         move || {
                             let _ = std::fs::remove_dir_all(&base);
                         }
@@ -94,8 +99,21 @@ impl super::Backend for UnsandboxedBackend {
             let interpreter =
                 super::host_interpreter(self.kind(), &self.interpreters, spec.language)?;
             let name = crate::util::random_hex(16)?;
-            let base = spec.state_dir.join("unsandboxed").join(&name[..16]);
-            let dirs = TempDir(base.clone());
+            let parent = spec.state_dir.join("unsandboxed");
+            // Directories of sandpit processes that died without removing theirs go first.
+            static SWEPT_DIRS: std::sync::Once = std::sync::Once::new();
+            SWEPT_DIRS.call_once(|| {
+                super::session_dirs::sweep(&parent);
+            });
+            let base = parent.join(&name[..16]);
+            std::fs::create_dir_all(&base)
+                .map_err(|e| Error::io(format!("create {}", base.display()), e))?;
+            let owner = super::session_dirs::claim(&base)
+                .map_err(|e| Error::io(format!("lock {}", base.display()), e))?;
+            let dirs = TempDir {
+                path: base.clone(),
+                _owner: owner,
+            };
             let workspace = spec
                 .sandbox
                 .workspace

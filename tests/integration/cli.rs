@@ -757,3 +757,39 @@ fn a_helper_stage_of_another_build_is_never_run() {
     std::fs::remove_file(&recorded).unwrap();
     assert!(!recorded.exists(), "sandpit did not hand it on");
 }
+
+/// An unsandboxed session's directories are locked by their sandpit while it lives, and a
+/// start sweeps those whose sandpit died without removing them (a SIGKILL), once they are a
+/// minute old; a younger one may be a session being created and stays.
+#[test]
+fn unsandboxed_leftovers_are_swept() {
+    let state = std::env::temp_dir().join(format!(
+        "sandpit-test-sweep-{}-{}",
+        std::process::id(),
+        sandpit::util::random_hex(4).unwrap()
+    ));
+    let parent = state.join("unsandboxed");
+    let (dead, young) = (parent.join("dead"), parent.join("young"));
+    for d in [&dead, &young] {
+        std::fs::create_dir_all(d.join("workspace")).unwrap();
+        std::fs::write(d.join("workspace/f"), "x").unwrap();
+    }
+    let past = std::time::SystemTime::now() - std::time::Duration::from_secs(120);
+    std::fs::File::open(&dead)
+        .unwrap()
+        .set_modified(past)
+        .unwrap();
+    let out = sandpit_env(
+        &["run", "-b", "unsandboxed", "-l", "bash", "echo ok"],
+        &[("SANDPIT_STATE_DIR", state.to_str().unwrap())],
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(!dead.exists(), "the dead session's directory was not swept");
+    assert!(young.exists(), "a young directory was swept");
+    let left: Vec<_> = std::fs::read_dir(&parent)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["young"], "the run's own directory stayed: {left:?}");
+    let _ = std::fs::remove_dir_all(&state);
+}
