@@ -509,3 +509,14 @@ macro_rules! matrix_case {
         }
     };
 }
+
+/// A fresh directory of this test's own under the system temp directory.
+pub fn tempfile_dir(tag: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "sandpit-test-{tag}-{}-{}",
+        std::process::id(),
+        sandpit::util::random_hex(4).unwrap()
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}

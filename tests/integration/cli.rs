@@ -763,11 +763,7 @@ fn a_helper_stage_of_another_build_is_never_run() {
 /// minute old; a younger one may be a session being created and stays.
 #[test]
 fn unsandboxed_leftovers_are_swept() {
-    let state = std::env::temp_dir().join(format!(
-        "sandpit-test-sweep-{}-{}",
-        std::process::id(),
-        sandpit::util::random_hex(4).unwrap()
-    ));
+    let state = common::tempfile_dir("sweep");
     let parent = state.join("unsandboxed");
     let (dead, young) = (parent.join("dead"), parent.join("young"));
     for d in [&dead, &young] {

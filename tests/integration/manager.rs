@@ -310,7 +310,7 @@ async fn pooled_manager(
     tag: &str,
     language: Language,
 ) -> (Arc<SessionManager>, std::path::PathBuf) {
-    let state = tempfile_dir(tag);
+    let state = common::tempfile_dir(tag);
     let mut policy = common::policy();
     policy.state_dir = state.display().to_string();
     policy.pool.size = 1;
@@ -442,15 +442,4 @@ fn the_warm_pool_hands_out_settled_javascript_sandboxes() {
         m.shutdown().await;
         let _ = std::fs::remove_dir_all(&state);
     });
-}
-
-/// A fresh directory of this test's own under the system temp directory.
-fn tempfile_dir(tag: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "sandpit-test-{tag}-{}-{}",
-        std::process::id(),
-        sandpit::util::random_hex(4).unwrap()
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }
