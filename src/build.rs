@@ -47,6 +47,45 @@ fn main() {
         eprintln!("sandpit build: the redaction gate: {e}");
         std::process::exit(1);
     }
+    if let Err(e) = write_bash_builtins() {
+        eprintln!(
+            "sandpit build: the bash driver's builtins (src/pipeline/wrapper/driver_bash.c): {e}"
+        );
+        eprintln!("  hint: they are built with the target's C compiler (`cc`, or CC_<target>), which a Rust build on Linux needs as its linker anyway");
+        std::process::exit(1);
+    }
+}
+
+/// `$OUT_DIR/driver_bash.so`: the bash driver's loadable builtins (`pipeline::wrapper::
+/// bash_builtins`), compiled with the target's C compiler (the `cc` crate finds it and its
+/// flags, cross compilers included). Linux targets only: elsewhere the file is empty and
+/// the driver uses its bash functions.
+fn write_bash_builtins() -> Result<(), String> {
+    const SOURCE: &str = "src/pipeline/wrapper/driver_bash.c";
+    let out =
+        PathBuf::from(std::env::var("OUT_DIR").map_err(|e| e.to_string())?).join("driver_bash.so");
+    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() != Ok("linux") {
+        return std::fs::write(&out, b"").map_err(|e| e.to_string());
+    }
+    let compiler = cc::Build::new()
+        .opt_level(2)
+        .pic(true)
+        .warnings(true)
+        .try_get_compiler()
+        .map_err(|e| e.to_string())?;
+    let mut cmd = compiler.to_command();
+    // -z now: a symbol the shell does not export fails the load (the driver then uses its
+    // functions) rather than the first call.
+    cmd.args(["-shared", "-s", "-Wl,-z,now", "-o"])
+        .arg(&out)
+        .arg(SOURCE);
+    let status = cmd
+        .status()
+        .map_err(|e| format!("run {}: {e}", compiler.path().display()))?;
+    if !status.success() {
+        return Err(format!("{cmd:?} failed ({status})"));
+    }
+    Ok(())
 }
 
 /// `SANDPIT_BUILD_ID`: 16 hex digits of a hash of every input file, by path and content.

@@ -614,6 +614,32 @@ mod functional {
         s.kill().await;
     }
 
+    /// The bash driver reads requests, sets its traps and answers with the builtins of its
+    /// C library where the backend hands it over (linux and unsandboxed, on Linux:
+    /// `pipeline::wrapper::bash_builtins`), and with its bash functions elsewhere; the
+    /// library's descriptor is closed before the code runs either way. A silent fallback
+    /// here would only show as a slower warm cell.
+    pub async fn bash_driver_uses_its_builtins_where_handed_them(ctx: Ctx) {
+        if no_bash_on_wasi(&ctx) {
+            return;
+        }
+        let handed = cfg!(target_os = "linux")
+            && matches!(ctx.kind(), BackendKind::Linux | BackendKind::Unsandboxed);
+        let mut s = ctx.session(Language::Bash).await;
+        let r = exec(
+            &mut s,
+            "type -t __sp_recv __sp_arm __sp_send; [ -e /proc/self/fd/5 ] && echo fd5-open || echo fd5-closed",
+        )
+        .await;
+        let kind = if handed { "builtin" } else { "function" };
+        assert_eq!(
+            r.stdout,
+            format!("{kind}\n{kind}\n{kind}\nfd5-closed\n"),
+            "{r:?}"
+        );
+        s.kill().await;
+    }
+
     /// A cell ending in an expression gives its value, as the language's REPL echoes it:
     /// JSON where it can be, its repr / inspect text in `outputs`; a bound `result` wins.
     /// Rich outputs: display() and a value's `_repr_*_` in Python, display() in JavaScript,
@@ -2319,6 +2345,7 @@ matrix!(functional; [linux, linux_no_ns, linux_no_ns_abi4, linux_no_landlock, do
     signals_reach_the_sandbox_s_own_processes,
     workspace_modules_import,
     bash_exit_ends_the_cell_not_the_session,
+    bash_driver_uses_its_builtins_where_handed_them,
     recycling_is_reported,
     the_backend_chooses_the_interpreter,
     the_last_expression_is_the_value,

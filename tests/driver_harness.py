@@ -1,12 +1,14 @@
 #!/usr/bin/python3
 """Standalone test harness for the sandpit language drivers (src/pipeline/wrapper/driver.{py,js,sh}).
 
-Run with:  /usr/bin/python3 src/pipeline/wrapper/harness_test.py [-k SUBSTRING] [--no-bench]
+Run with:  /usr/bin/python3 tests/driver_harness.py [-k SUBSTRING] [--no-bench] [--bash-fallback]
 
 Each driver is spawned exactly as the host does it (src/backend/pty_spawn.rs): a fresh PTY
 whose slave is stdin/stdout and the controlling terminal of a new session (ICANON and ISIG
-on, ECHO and OPOST off), stderr on a pipe, requests on fd 3 and responses on fd 4, a clean
-environment and the workspace as the working directory.  Like the host, the harness queues
+on, ECHO and OPOST off), stderr on a pipe, requests on fd 3 and responses on fd 4, for bash
+the library of its builtins on fd 5 (built here from driver_bash.c with the system's cc;
+--bash-fallback leaves it out, and the driver uses its bash functions), a clean environment
+and the workspace as the working directory.  Like the host, the harness queues
 one ^D on the terminal before each non-interactive request (so a read of the terminal gets
 EOF) after flushing the terminal's input; it flushes before interactive requests too, which
 the host does not do today (see stale_eof_does_not_reach_interactive_cell, which runs with
@@ -44,6 +46,23 @@ INTERPRETERS = {
 
 def marker(nonce):
     return b"\x1esandpit-end:" + nonce.encode() + b"\x1e"
+
+
+# The bash driver's builtins (driver_bash.c), handed to it as fd 5 as the host does
+# (src/backend/bash_builtins.rs), unless --bash-fallback is given: then the driver runs its
+# bash functions instead. Built once per run with the system C compiler.
+BASH_FALLBACK = "--bash-fallback" in sys.argv
+_BASH_LIBRARY = None
+
+
+def bash_library():
+    global _BASH_LIBRARY
+    if _BASH_LIBRARY is None:
+        out = os.path.join(tempfile.mkdtemp(prefix="sandpit-harness-lib-"), "driver_bash.so")
+        subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", "-Wl,-z,now", "-o", out,
+                        os.path.join(HERE, "driver_bash.c")], check=True)
+        _BASH_LIBRARY = out
+    return _BASH_LIBRARY
 
 
 def high_pipe():
@@ -122,11 +141,20 @@ class Session:
         req_r, req_w = high_pipe()
         resp_r, resp_w = high_pipe()
 
+        library = None
+        if language == "bash" and not BASH_FALLBACK:
+            library = os.open(bash_library(), os.O_RDONLY | os.O_CLOEXEC)
+            high = fcntl.fcntl(library, fcntl.F_DUPFD_CLOEXEC, 10)
+            os.close(library)
+            library = high
+
         def preexec():
             # start_new_session made us a session leader: take the PTY as controlling terminal.
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
             os.dup2(req_r, 3)
             os.dup2(resp_w, 4)
+            if library is not None:
+                os.dup2(library, 5)
 
         self.proc = subprocess.Popen(
             argv + [source],
@@ -137,8 +165,12 @@ class Session:
             cwd=self.workspace,
             start_new_session=True,
             preexec_fn=preexec,
-            pass_fds=(3, 4),
+            # The preexec's dup2 makes 3, 4 and 5 inheritable; every other descriptor of the
+            # harness is close-on-exec (pass_fds would need 5 open here already).
+            close_fds=False,
         )
+        if library is not None:
+            os.close(library)
         for fd in (err_w, req_r, resp_w):
             os.close(fd)
         self.err, self.req, self.resp = err_r, req_w, resp_r
@@ -1336,6 +1368,26 @@ def code_arrives_whole_sh(lang):
     # The empty cell, by delimiter.
     r = run(s, "")
     check(r["response"]["status"] == "ok", "an empty cell", r)
+
+
+@test("bash")
+def request_builtins_sh(lang):
+    """The driver reads requests and answers them with the builtins of driver_bash.c when it is
+    given their library on fd 5 (as the linux and unsandboxed backends do), and with its own
+    bash functions when it is not (--bash-fallback; Docker, macOS). Fd 5 is closed before the
+    first cell either way. The builtins keep the request's id and nonce to themselves, so a
+    cell that unsets the driver's variables still gets its response (the functions would not
+    answer it: they read them from the shell)."""
+    s = fresh(lang)
+    r = run(s, "type -t __sp_recv __sp_send; [[ -e /proc/self/fd/5 ]] && echo fd5-open || echo fd5-closed")
+    kind = "function" if BASH_FALLBACK else "builtin"
+    check(r["stdout"] == "%s\n%s\nfd5-closed\n" % (kind, kind), "the request commands are %ss" % kind, r)
+    if BASH_FALLBACK:
+        return
+    r = run(s, "unset __sp_id __sp_code __sp_nonce __sp_mark __sp_inter; false")
+    check(r["response"]["status"] == "error" and r["response"]["exit_code"] == 1, "a cell that unsets them", r)
+    r = run(s, "echo next")
+    check(r["response"]["status"] == "ok" and r["stdout"] == "next\n", "the next cell", r)
 
 
 def echo_tool(call):

@@ -156,6 +156,8 @@ cargo test --quiet --test integration
 
 say "language drivers, standalone (tests/driver_harness.py)"
 /usr/bin/python3 tests/driver_harness.py --no-bench
+say "the bash driver without its builtins (its functions: Docker, macOS)"
+/usr/bin/python3 tests/driver_harness.py --no-bench --bash-fallback -k bash:
 
 # --- 5. Build the conformance suite ----------------------------------------------------------------
 # Cargo also reports the sandpit binary (integration tests depend on it), in no fixed order:

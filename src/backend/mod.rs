@@ -214,17 +214,21 @@ pub fn argv(interpreter: &std::path::Path, spec: &LaunchSpec) -> Vec<String> {
 }
 
 /// How a host interpreter starts the session's driver: its arguments after the interpreter,
-/// and bytes the host writes on the request channel before any request (empty: none).
+/// bytes the host writes on the request channel before any request (empty: none), and
+/// whether the sandbox gets the bash driver's builtins on fd 5
+/// (`pipeline::wrapper::bash_builtins`).
 #[derive(Debug, Clone, Default)]
 pub struct HostDriver {
     pub args: Vec<String>,
     pub preamble: Vec<u8>,
+    pub library: bool,
 }
 
 /// The driver for a host interpreter (linux and unsandboxed; macOS, which also runs the host's
 /// own, still passes the source: untested there): Python's driver precompiled by that
 /// interpreter where it can be (`pipeline::wrapper::precompiled`, 7 ms less per start; its
-/// code object is the preamble), else the spec's arguments.
+/// code object is the preamble), else the spec's arguments; bash's with its builtins where
+/// this build has them (Linux).
 pub fn host_driver(interpreter: &std::path::Path, spec: &LaunchSpec) -> HostDriver {
     if spec.language == Language::Python {
         if let Some(d) =
@@ -233,12 +237,15 @@ pub fn host_driver(interpreter: &std::path::Path, spec: &LaunchSpec) -> HostDriv
             return HostDriver {
                 args: d.args,
                 preamble: d.preamble,
+                library: false,
             };
         }
     }
     HostDriver {
         args: spec.driver_args.clone(),
         preamble: Vec::new(),
+        library: spec.language == Language::Bash
+            && crate::pipeline::wrapper::bash_builtins::available(),
     }
 }
 

@@ -48,6 +48,8 @@ pub struct Request<'a> {
     pub requests: RawFd,
     /// Becomes fd 4 (responses) in the child.
     pub responses: RawFd,
+    /// Becomes fd 5 in the child: the bash driver's builtins (`pipeline::wrapper::bash_builtins`).
+    pub library: Option<RawFd>,
 }
 
 /// Whether this kernel can hand out a pidfd (Linux >= 5.3), needed to await a spawned child.
@@ -169,12 +171,22 @@ pub fn spawn(request: &Request<'_>) -> io::Result<Child> {
             "posix_spawn_file_actions_adddup2(stdout)",
             libc::posix_spawn_file_actions_adddup2(fa, 0, 1),
         )?;
+        let library = request.library.map(|fd| {
+            (
+                fd,
+                crate::pipeline::wrapper::bash_builtins::FD,
+                "driver library",
+            )
+        });
         for (from, to, what) in [
             (request.stderr, 2, "stderr"),
             (request.requests, 3, "requests"),
             (request.responses, 4, "responses"),
-        ] {
-            if from <= 4 {
+        ]
+        .into_iter()
+        .chain(library)
+        {
+            if from <= 5 {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidInput,
                     format!("the {what} descriptor {from} would be overwritten"),
@@ -394,6 +406,7 @@ mod tests {
                 stderr: err_w.as_raw_fd(),
                 requests: req_r.as_raw_fd(),
                 responses: resp_w.as_raw_fd(),
+                library: None,
             })
             .unwrap();
             drop((err_w, req_r, resp_w));
@@ -452,6 +465,7 @@ mod tests {
                 stderr: 10_000,
                 requests: 10_001,
                 responses: 10_002,
+                library: None,
             });
             assert!(r.is_err());
             let relative = spawn(&Request {
@@ -463,6 +477,7 @@ mod tests {
                 stderr: 10_000,
                 requests: 10_001,
                 responses: 10_002,
+                library: None,
             });
             assert!(relative.is_err());
         });

@@ -39,6 +39,8 @@ pub struct Program {
     pub args: Vec<String>,
     pub env: Vec<(String, String)>,
     pub cwd: Option<PathBuf>,
+    /// Put the bash driver's builtins on fd 5 (`pipeline::wrapper::bash_builtins`; Linux).
+    pub driver_library: bool,
 }
 
 /// Called with the child's pid right after it starts and before it may proceed (see
@@ -148,6 +150,7 @@ pub fn spawn_on(
     let (err_r, err_w) = pipe_high()?;
     let (req_r, req_w) = pipe_high()?;
     let (resp_r, resp_w) = pipe_high()?;
+    let library = driver_library(&program);
     #[cfg(target_os = "linux")]
     let vfork = pre_exec.rlimits.is_empty()
         && program.path.is_absolute()
@@ -155,13 +158,21 @@ pub fn spawn_on(
     #[cfg(not(target_os = "linux"))]
     let vfork = false;
     let mut child = if vfork {
-        spawn_without_fork(&program, pts, err_w, &req_r, &resp_w)?
+        spawn_without_fork(&program, pts, err_w, &req_r, &resp_w, library.as_ref())?
     } else {
-        spawn_with_fork(&program, pts, err_w, pre_exec, &req_r, &resp_w)?
+        spawn_with_fork(
+            &program,
+            pts,
+            err_w,
+            pre_exec,
+            &req_r,
+            &resp_w,
+            library.as_ref(),
+        )?
     };
     // The child's ends (and the terminal and stderr, gone with the spawn above) are closed
     // here, so that EOF on the channels means the sandbox has gone.
-    drop((req_r, resp_w));
+    drop((req_r, resp_w, library));
     let pgid = child.id()?;
     if let Some(place) = extras.place.take() {
         if let Err(e) = place(pgid) {
@@ -196,6 +207,24 @@ pub fn spawn_on(
             extras,
         }),
     })
+}
+
+/// The bash driver's builtins for `program`, when it asks for them: a fresh sealed memfd.
+/// Without one the driver uses its bash functions, which do the same more slowly: a failure
+/// is logged, not fatal.
+fn driver_library(program: &Program) -> Option<OwnedFd> {
+    if !program.driver_library {
+        return None;
+    }
+    #[cfg(target_os = "linux")]
+    match crate::pipeline::wrapper::bash_builtins::memfd() {
+        Ok(fd) => return Some(fd),
+        Err(e) => tracing::info!(
+            error = %e,
+            "the bash driver's builtins could not be put in a memfd; the driver reads requests with its bash functions (slower)"
+        ),
+    }
+    None
 }
 
 /// The session's first process, however it was started.
@@ -247,8 +276,10 @@ fn spawn_with_fork(
     pre_exec: PreExec,
     req_r: &OwnedFd,
     resp_w: &OwnedFd,
+    library: Option<&OwnedFd>,
 ) -> Result<Child> {
     let (req_fd, resp_fd) = (req_r.as_raw_fd(), resp_w.as_raw_fd());
+    let library_fd = library.map(|fd| fd.as_raw_fd());
     let mut cmd = pty_process::Command::new(&program.path)
         .args(&program.args)
         .env_clear()
@@ -262,12 +293,17 @@ fn spawn_with_fork(
     // SAFETY: the closure only calls dup2, signal and setrlimit (async-signal-safe) and
     // allocates nothing: it iterates a vector it owns, and `Resource::set` on a supported
     // resource (checked by `spawn_on`) is one setrlimit call whose error is the OS error,
-    // unboxed. The descriptors stay open in the parent until spawn returns; both are >= 10, so
-    // neither dup2 overwrites the other's source.
+    // unboxed. The descriptors stay open in the parent until spawn returns; all are >= 10, so
+    // no dup2 overwrites another's source.
     let cmd = unsafe {
         cmd.pre_exec(move || {
             if libc::dup2(req_fd, 3) < 0 || libc::dup2(resp_fd, 4) < 0 {
                 return Err(std::io::Error::last_os_error());
+            }
+            if let Some(fd) = library_fd {
+                if libc::dup2(fd, crate::pipeline::wrapper::bash_builtins::FD) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
             }
             // An ignored SIGINT survives exec: a sandpit started in the background of a shell
             // (which ignores SIGINT for it) would hand that on, and interrupts would not reach
@@ -294,6 +330,7 @@ fn spawn_without_fork(
     err_w: OwnedFd,
     req_r: &OwnedFd,
     resp_w: &OwnedFd,
+    library: Option<&OwnedFd>,
 ) -> Result<Child> {
     let terminal = nix::unistd::ttyname(&pts)
         .map_err(|e| Error::sandbox(format!("name the session terminal: {e}")))?;
@@ -306,6 +343,7 @@ fn spawn_without_fork(
         stderr: err_w.as_raw_fd(),
         requests: req_r.as_raw_fd(),
         responses: resp_w.as_raw_fd(),
+        library: library.map(|fd| fd.as_raw_fd()),
     })
     .map(Child::Spawned)
     .map_err(|e| Error::sandbox(format!("spawn {}: {e}", program.path.display())))
@@ -318,6 +356,7 @@ fn spawn_without_fork(
     _: OwnedFd,
     _: &OwnedFd,
     _: &OwnedFd,
+    _: Option<&OwnedFd>,
 ) -> Result<Child> {
     unreachable!("posix_spawn is used on Linux only")
 }

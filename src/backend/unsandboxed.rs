@@ -137,6 +137,7 @@ impl super::Backend for UnsandboxedBackend {
                     args: driver.args,
                     env,
                     cwd: Some(workspace.clone()),
+                    driver_library: driver.library,
                 },
                 preamble: driver.preamble,
                 workspace,

@@ -212,11 +212,13 @@ pub fn main(plan_json: &str) -> ! {
 
     // 1. Process hygiene. We are already a session leader with the PTY as controlling terminal
     //    (done by the host's spawn). Die with the host; survive interrupts meant for the code;
-    //    close every inherited descriptor but 0-4 so nothing of the host leaks in.
+    //    close every inherited descriptor but 0-4 (and 5, the bash driver's builtins, when the
+    //    plan says the host put them there) so nothing of the host leaks in.
     die_with_parent().unwrap_or_else(|e| fail(Step::Setup, format!("PR_SET_PDEATHSIG: {e}")));
     survive_interrupts().unwrap_or_else(|e| fail(Step::Setup, format!("sigaction(SIGINT): {e}")));
+    let first_closed: u32 = if plan.driver_library { 6 } else { 5 };
     // SAFETY: close_range on descriptors >= 5 touches no memory; Rust holds none of them here.
-    if unsafe { libc::syscall(libc::SYS_close_range, 5u32, u32::MAX, 0u32) } != 0 {
+    if unsafe { libc::syscall(libc::SYS_close_range, first_closed, u32::MAX, 0u32) } != 0 {
         fail(
             Step::Setup,
             format!("close_range: {}", std::io::Error::last_os_error()),

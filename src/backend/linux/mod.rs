@@ -795,6 +795,7 @@ impl LinuxBackend {
                 0
             },
             driver_args: Some(driver.args),
+            driver_library: driver.library,
             interpreter,
         };
         if !ns.ok && facts.landlock_abi == 0 {
@@ -875,6 +876,7 @@ impl Planned {
             stage,
         } = self;
         let pid_namespace = plan.namespaces.pid;
+        let driver_library = plan.driver_library;
         let plan_json = serde_json::to_string(&plan).map_err(LinuxError::EncodePlan)?;
         let cg_oom = guard.cgroup.as_ref().map(|c| c.view());
         let cg_kill = guard.cgroup.as_ref().map(|c| c.view());
@@ -901,6 +903,7 @@ impl Planned {
             super::pty_spawn::Program {
                 path: stage,
                 args: stage_args(&helper, plan_json),
+                driver_library,
                 // The helper's own environment: empty, but for the timings switch.
                 env: crate::util::timing::enabled()
                     .then(|| (crate::util::timing::ENV.to_string(), "1".to_string()))

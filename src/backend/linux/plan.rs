@@ -34,6 +34,8 @@ pub struct HostFacts {
     /// The driver arguments for that interpreter when they differ from the spec's (Python's
     /// precompiled driver: `backend::host_driver`; its preamble stays with the host).
     pub driver_args: Option<Vec<String>>,
+    /// The host hands the sandbox the bash driver's builtins on fd 5 (`backend::HostDriver`).
+    pub driver_library: bool,
 }
 
 /// How the helper enters the session's cgroup (`cgroup.rs` says why there are two ways).
@@ -138,6 +140,9 @@ pub struct LinuxPlan {
     /// signals (ABI < 6): its signal calls go to the waiter, which lets them reach only the
     /// sandbox's own processes (see signals.rs).
     pub supervise_signals: bool,
+    /// Fd 5 holds the bash driver's builtins (`pipeline::wrapper::bash_builtins`): the helper
+    /// keeps it open for the shell, which closes it before any cell runs.
+    pub driver_library: bool,
 }
 
 /// The host paths of a session's directories.
@@ -326,6 +331,7 @@ pub fn build(
         },
         supervise_metadata,
         supervise_signals,
+        driver_library: host.driver_library,
     }
 }
 
@@ -392,6 +398,7 @@ mod tests {
             nproc_base: 0,
             interpreter: "/usr/bin/python3".into(),
             driver_args: None,
+            driver_library: false,
         }
     }
 

@@ -335,6 +335,8 @@ impl Planned {
                 args: argv[1..].to_vec(),
                 env: plan.env.clone(),
                 cwd: Some(plan.cwd.clone()),
+                // The library is built for Linux targets only (`bash_builtins`).
+                driver_library: false,
             },
             super::pty_spawn::PreExec {
                 rlimits: plan.rlimits.iter().map(|r| resource(*r)).collect(),

@@ -1,4 +1,4 @@
-__sp_cell() { builtin trap '{ builtin eval "$__sp_on_err"; } 2>/dev/null' ERR; [[ $__sp_flags$__sp_prev == 0 ]] || __sp_pre && :; builtin eval "$__sp_code"; }; __sp_cellk() { builtin trap '{ builtin eval "$__sp_on_err"; } 2>/dev/null' ERR; [[ $__sp_flags$__sp_prev == 0 ]] || __sp_pre && :; builtin eval "$__sp_code"; { __sp_st=$? __sp_f=${__sp_f:-$-}; builtin set +euvx; builtin local -p >"$__sp_locals"; } 2>/dev/null; builtin return $__sp_st; }
+__sp_cell() { __sp_arm; [[ $__sp_flags$__sp_prev == 0 ]] || __sp_pre && :; builtin eval "$__sp_code"; }; __sp_cellk() { __sp_arm; [[ $__sp_flags$__sp_prev == 0 ]] || __sp_pre && :; builtin eval "$__sp_code"; { __sp_st=$? __sp_f=${__sp_f:-$-}; builtin set +euvx; builtin local -p >"$__sp_locals"; } 2>/dev/null; builtin return $__sp_st; }
 # ^ __sp_cell runs one cell, and __sp_cellk one that may declare variables (see "How a cell
 #   runs" below). They sit on line 1 because bash numbers the lines of an eval from the line of
 #   the eval: on line 1, error messages give
@@ -11,6 +11,8 @@ __sp_cell() { builtin trap '{ builtin eval "$__sp_on_err"; } 2>/dev/null' ERR; [
 # Channels
 #   fd 0/1  the session terminal (PTY slave: stdin, stdout); fd 2  a separate stderr pipe
 #   fd 3    requests, host -> driver      fd 4  responses, driver -> host
+#   fd 5    at start only, where the host passes it: the library of the builtins __sp_recv
+#           and __sp_send (driver_bash.c; see "Reading a request and answering it")
 #
 # Protocol
 #   1. On start the driver writes one line on fd 4:
@@ -44,9 +46,8 @@ __sp_cell() { builtin trap '{ builtin eval "$__sp_on_err"; } 2>/dev/null' ERR; [
 #   - Inside the function __sp_cell (line 1), so that an interrupt can end it: the INT trap
 #     returns from the running function and a DEBUG trap returns from each caller in turn, up
 #     to and out of the cell's function.  A loop inside a function the cell calls is aborted as
-#     well.  The INT trap is set by the loop just before the call; the function sets the ERR
-#     trap, then the user's options and $?, then evals the code (see the loop for why the
-#     function is kept that short).
+#     well.  The function sets the INT and ERR traps (__sp_arm), then the user's options and
+#     $?, then evals the code (see the loop for why the function is kept that short).
 #   - Cells run as if at the top level: variables the cell declares with declare/typeset/
 #     local (which inside a function would be local to it) are copied to the global scope
 #     when the cell ends (written out with `local -p` to $TMPDIR on every way out of
@@ -162,8 +163,73 @@ __sp_tool_lock="${TMPDIR:-/tmp}/.sandpit-tool-lock.$$"
 __sp_tool_cell="${TMPDIR:-/tmp}/.sandpit-tool-cell.$$"
 __sp_tool_seq=0
 __sp_tool_track=
+# Reading a request, the cell's traps, and the answer: __sp_recv reads the next request from
+# fd 10 (see "Protocol") into __sp_inter, __sp_id, __sp_prelude and __sp_code, and sets the
+# per-cell variables, __sp_k and __sp_tool_track from the code's keywords, and __sp_in_cell
+# (from here on a call of sandpit-tool is one of the cell's); it fails at EOF. __sp_arm sets
+# the cell's SIGINT and ERR traps, and __sp_disarm (used by the loop only with the library)
+# ignores SIGINT and removes the DEBUG and ERR traps. `__sp_send STATUS RC` writes the end
+# markers on fds 1 and 2 and the response on fd 11.
+# They are builtins written in C (driver_bash.c) where the host hands the shell that library
+# as fd 5 (the linux and unsandboxed backends): together they save about 50 us of a warm
+# cell's 140. Where it does not (Docker, macOS; or a shell that cannot load it), they are the
+# functions below, which do the same in bash. Fd 5 is closed before any cell runs.
+__sp_builtins=
+if { builtin enable -f /proc/self/fd/5 __sp_recv __sp_arm __sp_disarm __sp_send; } 2>/dev/null; then
+    __sp_builtins=1
+else
+    # The request: the header's first byte, then its other 66 bytes, each by one `read -N`
+    # (bash 5.1+ reads a -N count with one system call, where it reads a line byte by byte
+    # so as not to read past its newline; a -N read is assigned whole, whatever IFS), then
+    # the prelude, ending at a NUL byte, read by one mapfile (a field's one element; bash
+    # drops the NUL), and the code: an ASCII one by one `read -N LEN`, any other as the
+    # prelude. The header is ASCII, so character offsets are byte offsets in any locale. A
+    # first byte "{" starts a late tool answer: its line is skipped.
+    __sp_recv() {
+        builtin read -r -N 1 -u 10 __sp_inter || builtin return 1
+        while [[ $__sp_inter == '{' ]]; do
+            IFS= builtin read -r -u 10 __sp_junk
+            builtin read -r -N 1 -u 10 __sp_inter || builtin return 1
+        done
+        builtin read -r -N 66 -u 10 __sp_h || builtin return 1
+        # One command for all the per-cell variables (bash assigns from left to right).
+        __sp_plen=${__sp_h:0:1} __sp_nonce=${__sp_h:2:32} __sp_id=${__sp_h:35:20} __sp_id=${__sp_id%% *} \
+            __sp_len=${__sp_h:56} __sp_len=${__sp_len%% *} \
+            __sp_prelude= __sp_code= __sp_k= __sp_int=0 __sp_f= __sp_mark=$'\036sandpit-end:'$__sp_nonce$'\036'
+        [[ $__sp_plen == 0 ]] || builtin mapfile -d '' -n 1 -u 10 __sp_prelude || builtin return 1
+        if [[ $__sp_len == - ]]; then
+            builtin mapfile -d '' -n 1 -u 10 __sp_code || builtin return 1
+        else
+            builtin read -r -N "$__sp_len" -u 10 __sp_code || builtin return 1
+        fi
+        # Only declare/typeset/local can leave variables local to the cell's function
+        # (__sp_k=k: __sp_cellk saves them), only sandpit-tool calls a host tool
+        # (__sp_tool_track: the cell file is kept from then on), and source/eval/. may run
+        # either (;;& tests the next pattern too).
+        case $__sp_code in
+        *source* | *eval* | *". "*) __sp_k=k __sp_tool_track=1 ;;&
+        *declare* | *typeset* | *local*) __sp_k=k ;;&
+        *sandpit-tool*) __sp_tool_track=1 ;;&
+        *) __sp_in_cell=1 ;;
+        esac
+    }
+    # The trap builtin costs more when it is given a handler (it first tries the text as a
+    # signal name) or a signal by name (a table search): SIGINT by number.
+    __sp_arm() {
+        builtin trap '{ builtin eval "$__sp_on_int"; } 2>/dev/null' 2
+        builtin trap '{ builtin eval "$__sp_on_err"; } 2>/dev/null' ERR
+    }
+    # printf of a plain %s (parsing escapes in a format costs more); echo of one string costs
+    # bash less than printf's parse of a long format. Nothing in the response can be an
+    # escape for echo (digits, hex, a status word), so xpg_echo does not matter.
+    __sp_send() {
+        builtin printf %s "$__sp_mark"
+        builtin printf %s "$__sp_mark" >&2
+        builtin echo "{\"id\":$__sp_id,\"nonce\":\"$__sp_nonce\",\"status\":\"$1\",\"exit_code\":$2,\"result\":null,\"exception\":null,\"warnings\":[]}" >&11
+    }
+fi
 # (Not `builtin exec`: its redirections would only last for the builtin.)
-exec 10<&- 11>&- 12<&-
+exec 5<&- 10<&- 11>&- 12<&-
 
 sandpit-tool() {
     local name="${1-}" args="${2-}" line id cur owner prefix had_c=
@@ -292,11 +358,10 @@ __sp_fl=
 
 # The loop keeps its work per cell small: each bash command costs it about as many
 # instructions as the whole of a trivial cell's own code (10-25K), so there are few of them:
-# no forks, one assignment for the per-cell variables, one test of the code for all the
-# keywords, short trap texts, rare work in functions behind one test, and what only the next
-# cell needs after the response. The trap builtin costs more when it is given a handler (it
-# first tries the text as a signal name) or a signal by name (a table search): SIGINT by
-# number, ERR and DEBUG only where needed.
+# no forks, one command each to read a request, to set and to clear the cell's traps and to
+# answer (__sp_recv, __sp_arm, __sp_disarm, __sp_send: builtins, where the library is loaded),
+# short trap texts, rare work in functions behind one test, and what only the next cell needs
+# after the response.
 # Its redirections (`done 3<&- 4>&- 0</dev/null`) are made once for the whole loop rather than
 # around each cell (each redirection costs bash a dozen system calls): fds 3 and 4 are closed
 # inside it (user commands never see them) and stdin is /dev/null, and bash keeps the saved
@@ -304,70 +369,33 @@ __sp_fl=
 # free fds at or above 10 (closed at start). The driver reads and writes 10 and 11, and a
 # non-interactive cell runs with the loop's stdin, /dev/null, without a redirection; after the
 # cell a test (two fstat and a stat) finds whether the cell's `exec` changed 0, 3 or 4.
-# The request (see "Protocol"): the header's first byte, then its other 66 bytes, each by one
-# `read -N` (bash 5.1+ reads a -N count with one system call, where it reads a line byte by
-# byte so as not to read past its newline; a -N read is assigned whole, whatever IFS), then
-# the prelude, ending at a NUL byte, read by one mapfile (a field's one element; bash drops
-# the NUL), and the code: an ASCII one by one `read -N LEN`, any other as the prelude. The
-# header is ASCII, so character offsets are byte offsets in any locale. A first byte "{"
-# starts a late tool answer: its line is skipped.
-while builtin read -r -N 1 -u 10 __sp_inter || break; do
-    if [[ $__sp_inter == '{' ]]; then
-        IFS= builtin read -r -u 10 __sp_junk
-        continue
-    fi
-    builtin read -r -N 66 -u 10 __sp_h || break
-    # One command for all the per-cell variables (bash assigns from left to right).
-    __sp_plen=${__sp_h:0:1} __sp_nonce=${__sp_h:2:32} __sp_id=${__sp_h:35:20} __sp_id=${__sp_id%% *} \
-        __sp_len=${__sp_h:56} __sp_len=${__sp_len%% *} \
-        __sp_prelude= __sp_code= __sp_k= __sp_int=0 __sp_f= __sp_mark=$'\036sandpit-end:'$__sp_nonce$'\036'
-    [[ $__sp_plen == 0 ]] || builtin mapfile -d '' -n 1 -u 10 __sp_prelude || break
-    if [[ $__sp_len == - ]]; then
-        builtin mapfile -d '' -n 1 -u 10 __sp_code || break
-    else
-        builtin read -r -N "$__sp_len" -u 10 __sp_code || break
-    fi
-    # Only declare/typeset/local can leave variables local to the cell's function (__sp_k=k:
-    # __sp_cellk saves them), only sandpit-tool calls a host tool (__sp_tool_track: the cell
-    # file is kept from then on), and source/eval/. may run either (;;& tests the next pattern
-    # too). From here on a call of sandpit-tool is one of the cell's (__sp_in_cell).
-    case $__sp_code in
-    *source* | *eval* | *". "*) __sp_k=k __sp_tool_track=1 ;;&
-    *declare* | *typeset* | *local*) __sp_k=k ;;&
-    *sandpit-tool*) __sp_tool_track=1 ;;&
-    *) __sp_in_cell=1 ;;
-    esac
+while __sp_recv; do
     if [[ -n $__sp_prelude$__sp_tool_track ]]; then
         [[ -z $__sp_prelude ]] || builtin eval "$__sp_prelude"
         [[ -z $__sp_tool_track ]] || __sp_tool_before
     fi
     # The cell (see "How a cell runs"). At each call bash copies the function's whole body (and
     # frees the copy after), at a cost that grows with the size of the body: the cell's
-    # functions are three short commands, and what can be done here is (SIGINT's trap; 2 is
-    # SIGINT). The ERR trap cannot: set before the call, it would fire once more on the
-    # function's non-zero status (bash decides to run the ERR trap after a command by whether
-    # one was set when the command started), and by then it may be the user's own.
+    # functions are three short commands. Their first, __sp_arm, sets the traps: the ERR trap
+    # cannot be set before the call, as it would fire once more on the function's non-zero
+    # status (bash decides to run the ERR trap after a command by whether one was set when the
+    # command started), and by then it may be the user's own.
     # An interactive cell gets the terminal (12) as stdin, a redirection of the call.
-    builtin trap '{ builtin eval "$__sp_on_int"; } 2>/dev/null' 2
     if [[ $__sp_inter == 0 ]]; then __sp_cell$__sp_k; else __sp_cell$__sp_k <&12; fi
     # Back in the driver: the first way out of the cell records the shell options in __sp_f
     # (the unwinding traps do it before they turn -e -u -x -v off; a cell that ends normally
     # or with a `return` comes here with the user's options still on).
     { __sp_rc=$? __sp_prev=$? __sp_f=${__sp_f:-$-} __sp_in_cell= __sp_status=ok; builtin set +euvx; } 2>/dev/null
     # SIGINT ignored again, no ERR or DEBUG trap between cells (the cell may have set either,
-    # under any name). Then the tool lock and the cell's fds (see __sp_after), one test in the
+    # under any name): the builtin __sp_disarm, or, without the library, the trap builtin
+    # itself (a function would not do: a DEBUG trap that unwinds, under the user's set -T,
+    # would return from it). Then the tool lock and the cell's fds (see __sp_after), one test in the
     # usual case.
-    builtin trap '' 2
-    builtin trap - DEBUG ERR
+    if [[ -n $__sp_builtins ]]; then __sp_disarm; else builtin trap '' 2; builtin trap - DEBUG ERR; fi
     [[ -z $__sp_tool_track && ! -e $__sp_tool_lock && /dev/stdin -ef /dev/null && ! -e /dev/fd/3 && ! -e /dev/fd/4 ]] || __sp_after
-    # The markers (printf of a plain %s: parsing escapes in a format costs more), the status,
-    # and the response. echo of one string costs bash less than printf's parse of a long format.
-    # Nothing in it can be an escape for echo (digits, hex, a status word), so xpg_echo does
-    # not matter.
-    builtin printf %s "$__sp_mark"
-    builtin printf %s "$__sp_mark" >&2
+    # The status, then the markers and the response (see __sp_send).
     [[ $__sp_int$__sp_rc == 00 ]] || __sp_failed
-    builtin echo "{\"id\":$__sp_id,\"nonce\":\"$__sp_nonce\",\"status\":\"$__sp_status\",\"exit_code\":$__sp_rc,\"result\":null,\"exception\":null,\"warnings\":[]}" >&11
+    __sp_send $__sp_status $__sp_rc
 
     # Housekeeping after the response (anything printed now belongs to no cell): the user's
     # -e -u -x -v worked out again when the options changed, and the cell's declarations

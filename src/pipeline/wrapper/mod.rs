@@ -44,6 +44,7 @@
 //! it to whoever follows the cell (SSE `display`, MCP progress) and ignores it otherwise; the
 //! cell's response still carries every output, so a client that missed one loses nothing.
 
+pub mod bash_builtins;
 pub mod final_expression;
 pub mod precompiled;
 
