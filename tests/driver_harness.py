@@ -1390,6 +1390,35 @@ def request_builtins_sh(lang):
     check(r["response"]["status"] == "ok" and r["stdout"] == "next\n", "the next cell", r)
 
 
+@test("bash")
+def signals_and_readonly_driver_state_sh(lang):
+    """What happens to the shell while it waits for a request is bash's, with or without the
+    builtins: a trapped signal runs its trap at once (its output belongs to no cell, and it is
+    not the next cell's), and a terminating signal the code's EXIT trap made bash catch ends
+    the shell. A cell that makes one of the driver's variables readonly ends the session at
+    the next request (the host restarts it) rather than running stale code."""
+    s = fresh(lang)
+    run(s, "trap 'echo got-usr1; echo got-usr1-err >&2' USR1")
+    os.kill(s.proc.pid, signal.SIGUSR1)
+    time.sleep(0.3)
+    while s._pump(0.05, False):  # what the trap printed: output of no cell
+        pass
+    r = run(s, "echo next")
+    check(r["stdout"] == "next\n" and r["stderr"] == "", "the trap ran between cells, not in the next one", r)
+    s = fresh(lang)
+    run(s, "trap 'echo bye' EXIT")
+    os.kill(s.proc.pid, signal.SIGTERM)
+    try:
+        rc = s.proc.wait(timeout=3)
+    except subprocess.TimeoutExpired:
+        rc = None
+    check(rc is not None, "SIGTERM ends an idle shell that catches it for its EXIT trap", rc)
+    s = fresh(lang)
+    run(s, "echo one; readonly __sp_code")
+    rc = run_dies(s, "echo two")
+    check(rc == 0, "the request after `readonly __sp_code` ends the driver", rc)
+
+
 def echo_tool(call):
     if call["name"] == "echo":
         return True, {"got": call["arguments"]}

@@ -172,8 +172,9 @@ fn split_off_waiter(
     // SAFETY: single-threaded process (the helper starts no threads), so fork is safe.
     match unsafe { fork() } {
         Ok(ForkResult::Parent { child }) => {
-            for fd in 0..=4 {
-                // SAFETY: the waiter needs none of the session's descriptors.
+            for fd in 0..=5 {
+                // SAFETY: the waiter needs none of the session's descriptors (nor the bash
+                // driver's builtins on 5).
                 unsafe { libc::close(fd) };
             }
             shield_waiter();
@@ -205,6 +206,14 @@ fn split_off_waiter(
     }
 }
 
+/// Whether `fd` is a memfd sealed against writes (`pipeline::wrapper::bash_builtins::memfd`):
+/// `F_GET_SEALS` fails on anything but a memfd (or a descriptor that is not open).
+fn is_sealed_memfd(fd: i32) -> bool {
+    // SAFETY: F_GET_SEALS reads the descriptor's seals and touches no memory of ours.
+    let seals = unsafe { libc::fcntl(fd, libc::F_GET_SEALS) };
+    seals >= 0 && seals & libc::F_SEAL_WRITE != 0
+}
+
 /// Entry point of the helper stage.
 pub fn main(plan_json: &str) -> ! {
     mark("helper starts (exec of sandpit)");
@@ -212,12 +221,15 @@ pub fn main(plan_json: &str) -> ! {
 
     // 1. Process hygiene. We are already a session leader with the PTY as controlling terminal
     //    (done by the host's spawn). Die with the host; survive interrupts meant for the code;
-    //    close every inherited descriptor but 0-4 (and 5, the bash driver's builtins, when the
-    //    plan says the host put them there) so nothing of the host leaks in.
+    //    close every inherited descriptor but 0-4 (and 5, when the plan says the host put the
+    //    bash driver's builtins there and it is indeed a sealed memfd: a host that could not
+    //    make one leaves whatever its own fd 5 was) so nothing of the host leaks in.
     die_with_parent().unwrap_or_else(|e| fail(Step::Setup, format!("PR_SET_PDEATHSIG: {e}")));
     survive_interrupts().unwrap_or_else(|e| fail(Step::Setup, format!("sigaction(SIGINT): {e}")));
-    let first_closed: u32 = if plan.driver_library { 6 } else { 5 };
-    // SAFETY: close_range on descriptors >= 5 touches no memory; Rust holds none of them here.
+    let keep_library = plan.driver_library && is_sealed_memfd(5);
+    let first_closed: u32 = if keep_library { 6 } else { 5 };
+    // SAFETY: close_range on descriptors >= 5 (or 6) touches no memory; Rust holds none of
+    // them here.
     if unsafe { libc::syscall(libc::SYS_close_range, first_closed, u32::MAX, 0u32) } != 0 {
         fail(
             Step::Setup,

@@ -1,6 +1,7 @@
-//! The bash driver's builtins: `__sp_recv` and `__sp_send` (`driver_bash.c`), which read a
-//! request and write the response in C where the driver's bash functions took a dozen
-//! interpreted commands and three redirections (a warm cell: about 0.14 -> 0.10 ms).
+//! The bash driver's builtins: `__sp_recv`, `__sp_arm`, `__sp_disarm` and `__sp_send`
+//! (`driver_bash.c`), which read a request, set and clear the cell's traps and write the
+//! response in C where the driver's bash functions took a dozen interpreted commands and three
+//! redirections (a warm cell: about 0.14 -> 0.09 ms in the driver harness).
 //!
 //! build.rs compiles the library for Linux targets with the target's C compiler; it is
 //! embedded here and handed to each bash sandbox of the linux and unsandboxed backends as a
@@ -26,16 +27,23 @@ pub fn available() -> bool {
 
 /// A new memfd holding the library, sealed against any change, close-on-exec and numbered
 /// at 10 or above (so that the spawn's dup2 onto 3, 4 and 5 cannot clobber it). One per
-/// sandbox: sandboxes share no open file.
+/// sandbox: sandboxes share no open file. Made with `MFD_NOEXEC_SEAL` where the kernel has it
+/// (6.3+; a host with `vm.memfd_noexec = 2` refuses a memfd without it): that forbids
+/// `execve` of it, not the `mmap` that loads it.
 #[cfg(target_os = "linux")]
 pub fn memfd() -> std::io::Result<std::os::fd::OwnedFd> {
     use nix::fcntl::{fcntl, FcntlArg, SealFlag};
     use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    let fd = memfd_create(
-        c"sandpit-bash-builtins",
-        MemFdCreateFlag::MFD_CLOEXEC | MemFdCreateFlag::MFD_ALLOW_SEALING,
-    )?;
+    /// `MFD_NOEXEC_SEAL` (linux/memfd.h), which nix 0.29 does not name.
+    const NOEXEC_SEAL: MemFdCreateFlag = MemFdCreateFlag::from_bits_retain(0x0008);
+    let flags = MemFdCreateFlag::MFD_CLOEXEC | MemFdCreateFlag::MFD_ALLOW_SEALING;
+    let name = c"sandpit-bash-builtins";
+    let fd = match memfd_create(name, flags | NOEXEC_SEAL) {
+        // An older kernel does not know the flag.
+        Err(nix::errno::Errno::EINVAL) => memfd_create(name, flags)?,
+        r => r?,
+    };
     std::io::Write::write_all(&mut std::fs::File::from(fd.try_clone()?), LIBRARY)?;
     fcntl(
         fd.as_raw_fd(),
@@ -56,13 +64,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_library_is_a_shared_object_with_both_builtins() {
+    fn the_library_is_a_shared_object_with_the_four_builtins() {
         assert!(available());
         assert_eq!(&LIBRARY[..4], b"\x7fELF");
         for symbol in [
             &b"__sp_recv_struct"[..],
+            b"__sp_arm_struct",
+            b"__sp_disarm_struct",
             b"__sp_send_struct",
+            b"__sp_recv_builtin_load",
             b"bind_variable",
+            b"set_signal",
+            b"check_signals_and_traps",
         ] {
             assert!(
                 LIBRARY.windows(symbol.len()).any(|w| w == symbol),

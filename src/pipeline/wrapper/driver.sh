@@ -11,8 +11,8 @@ __sp_cell() { __sp_arm; [[ $__sp_flags$__sp_prev == 0 ]] || __sp_pre && :; built
 # Channels
 #   fd 0/1  the session terminal (PTY slave: stdin, stdout); fd 2  a separate stderr pipe
 #   fd 3    requests, host -> driver      fd 4  responses, driver -> host
-#   fd 5    at start only, where the host passes it: the library of the builtins __sp_recv
-#           and __sp_send (driver_bash.c; see "Reading a request and answering it")
+#   fd 5    at start only, where the host passes it: the library of the builtins __sp_recv,
+#           __sp_arm, __sp_disarm and __sp_send (driver_bash.c; see "Reading a request")
 #
 # Protocol
 #   1. On start the driver writes one line on fd 4:
@@ -173,7 +173,9 @@ __sp_tool_track=
 # They are builtins written in C (driver_bash.c) where the host hands the shell that library
 # as fd 5 (the linux and unsandboxed backends): together they save about 50 us of a warm
 # cell's 140. Where it does not (Docker, macOS; or a shell that cannot load it), they are the
-# functions below, which do the same in bash. Fd 5 is closed before any cell runs.
+# functions below, which do the same in bash (one difference: being functions, they fire a
+# RETURN trap the user set under `set -T`, between cells). Fd 5 is closed before any cell
+# runs.
 __sp_builtins=
 if { builtin enable -f /proc/self/fd/5 __sp_recv __sp_arm __sp_disarm __sp_send; } 2>/dev/null; then
     __sp_builtins=1

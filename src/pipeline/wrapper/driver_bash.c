@@ -25,6 +25,7 @@
  * builtins.h, command.h and variables.h from bash 2.0 to 5.2 (the driver needs 4.4 or
  * later); bash's own headers are not needed to build this file.
  */
+#define _GNU_SOURCE /* NSIG, whatever -std the build asks for */
 #include <errno.h>
 #include <signal.h>
 #include <stddef.h>
@@ -55,6 +56,8 @@ struct builtin {
 
 struct variable;
 extern struct variable *bind_variable(const char *, char *, int);
+extern char *get_string_value(const char *);
+extern void check_signals_and_traps(void);
 extern void set_signal(int, char *);
 extern void ignore_signal(int);
 extern void restore_default_signal(int);
@@ -80,12 +83,23 @@ static int same_traps(void) {
 static char cell_id[21];
 static char nonce[33];
 
+/* A read interrupted by a signal: as bash's own read and mapfile do, the shell handles it
+ * first (a terminating signal ends the shell, a trapped one runs its trap, between cells),
+ * then the read goes on. */
+static int interrupted(ssize_t r) {
+    if (r < 0 && errno == EINTR) {
+        check_signals_and_traps();
+        return 1;
+    }
+    return 0;
+}
+
 /* Reads exactly n bytes; -1 at EOF or on an error. */
 static int read_exact(int fd, char *buf, size_t n) {
     size_t got = 0;
     while (got < n) {
         ssize_t r = read(fd, buf + got, n - got);
-        if (r < 0 && errno == EINTR)
+        if (interrupted(r))
             continue;
         if (r <= 0)
             return -1;
@@ -104,7 +118,7 @@ static char *read_to_nul(int fd) {
     for (;;) {
         char c;
         ssize_t r = read(fd, &c, 1);
-        if (r < 0 && errno == EINTR)
+        if (interrupted(r))
             continue;
         if (r <= 0) {
             free(buf);
@@ -136,8 +150,14 @@ static void field(char *dst, const char *src, size_t width) {
         *space = '\0';
 }
 
-static void set(const char *name, const char *value) {
+/* Sets a shell variable, and says whether it now holds the value: a variable the code made
+ * readonly keeps its old one (bash says so on stderr), and the driver must not run a stale
+ * cell; as the fallback's read into it fails, the request fails and the driver exits (the
+ * host restarts the session). */
+static int set(const char *name, const char *value) {
     bind_variable(name, (char *)value, 0);
+    const char *now = get_string_value(name);
+    return now != NULL && strcmp(now, value) == 0;
 }
 
 static int recv_builtin(WORD_LIST *args) {
@@ -168,9 +188,13 @@ static int recv_builtin(WORD_LIST *args) {
     if (len[0] == '-') {
         code = read_to_nul(10);
     } else {
+        /* At most 10 digits, as the host writes it; nothing near SIZE_MAX even where
+         * unsigned long is 32 bits. */
         char *end;
+        errno = 0;
         unsigned long n = strtoul(len, &end, 10);
-        code = (end != len && *end == '\0') ? malloc(n + 1) : NULL;
+        int valid = end != len && *end == '\0' && errno == 0 && n < (1UL << 30);
+        code = valid ? malloc(n + 1) : NULL;
         if (code != NULL && read_exact(10, code, n) != 0) {
             free(code);
             code = NULL;
@@ -183,23 +207,18 @@ static int recv_builtin(WORD_LIST *args) {
         return EXECUTION_FAILURE;
     }
     char inter[2] = {h[0], '\0'};
-    set("__sp_inter", inter);
-    set("__sp_id", cell_id);
-    set("__sp_prelude", prelude != NULL ? prelude : "");
-    set("__sp_code", code);
     /* As the fallback's `case`: only declare/typeset/local can leave variables local to the
      * cell's function, only sandpit-tool calls a host tool, and source/eval/. may do either. */
     int runs_code = strstr(code, "source") || strstr(code, "eval") || strstr(code, ". ");
     int declares = runs_code || strstr(code, "declare") || strstr(code, "typeset") || strstr(code, "local");
-    if (runs_code || strstr(code, "sandpit-tool"))
-        set("__sp_tool_track", "1");
-    set("__sp_k", declares ? "k" : "");
-    set("__sp_int", "0");
-    set("__sp_f", "");
-    set("__sp_in_cell", "1");
+    int tools = runs_code || strstr(code, "sandpit-tool");
+    int ok = set("__sp_inter", inter) && set("__sp_id", cell_id) &&
+             set("__sp_prelude", prelude != NULL ? prelude : "") && set("__sp_code", code) &&
+             (!tools || set("__sp_tool_track", "1")) && set("__sp_k", declares ? "k" : "") &&
+             set("__sp_int", "0") && set("__sp_f", "") && set("__sp_in_cell", "1");
     free(prelude);
     free(code);
-    return EXECUTION_SUCCESS;
+    return ok ? EXECUTION_SUCCESS : EXECUTION_FAILURE;
 }
 
 static void write_all(int fd, const char *buf, size_t n) {
