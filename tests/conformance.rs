@@ -615,7 +615,7 @@ mod functional {
     }
 
     /// The bash driver reads requests, sets its traps and answers with the builtins of its
-    /// C library where the backend hands it over (linux and unsandboxed, on Linux:
+    /// C library where the backend hands it over (linux, unsandboxed and Docker, on Linux:
     /// `pipeline::wrapper::bash_builtins`), and with its bash functions elsewhere; the
     /// library's descriptor is closed before the code runs either way. A silent fallback
     /// here would only show as a slower warm cell.
@@ -624,7 +624,10 @@ mod functional {
             return;
         }
         let handed = cfg!(target_os = "linux")
-            && matches!(ctx.kind(), BackendKind::Linux | BackendKind::Unsandboxed);
+            && matches!(
+                ctx.kind(),
+                BackendKind::Linux | BackendKind::Unsandboxed | BackendKind::Docker
+            );
         let mut s = ctx.session(Language::Bash).await;
         let r = exec(
             &mut s,

@@ -175,6 +175,16 @@ pub fn availability() -> Availability {
     }
 }
 
+/// The bash driver's builtins in the channels directory (mounted read-only at [`CHANNELS`]).
+const DRIVER_LIBRARY: &str = "driver_bash.so";
+
+/// Whether a session gets the bash driver's builtins: bash, and a build that has them (Linux;
+/// the container runs the host's architecture). A container whose bash or C library cannot
+/// load them gets the driver's bash functions instead.
+fn with_driver_library(spec: &LaunchSpec) -> bool {
+    spec.language == Language::Bash && crate::pipeline::wrapper::bash_builtins::available()
+}
+
 /// The container a session runs in, as data: unit tests assert every hard-coded restriction.
 pub fn container_config(
     spec: &LaunchSpec,
@@ -187,6 +197,13 @@ pub fn container_config(
     let mb = 1024 * 1024;
     let memory = (l.memory_mb * mb) as i64;
     let interpreter = image_interpreter(spec.language);
+    // The bash driver's builtins, which the plan writes into the channels directory, as fd 5
+    // (`pipeline::wrapper::bash_builtins`).
+    let library = if with_driver_library(spec) {
+        format!(" 5<{CHANNELS}/{DRIVER_LIBRARY}")
+    } else {
+        String::new()
+    };
     // The launch shim: fds 3 and 4 from the channel FIFOs, then the driver (as on the host,
     // with the image's interpreter in place of the host's).
     let mut cmd = vec![
@@ -194,7 +211,7 @@ pub fn container_config(
         "-c".to_string(),
         // Then drop what the engine and bash add to the environment, so the code sees exactly
         // what it sees on the native backend.
-        format!("exec 3<{CHANNELS}/req 4>{CHANNELS}/resp && exec /usr/bin/env -u HOSTNAME -u PWD -u OLDPWD -u SHLVL -u TINI_KILL_PROCESS_GROUP \"$@\""),
+        format!("exec 3<{CHANNELS}/req 4>{CHANNELS}/resp{library} && exec /usr/bin/env -u HOSTNAME -u PWD -u OLDPWD -u SHLVL -u TINI_KILL_PROCESS_GROUP \"$@\""),
         "sandpit-launch".to_string(),
         interpreter.to_string(),
     ];
@@ -384,6 +401,15 @@ impl DockerBackend {
             spec.sandbox.workspace.is_none(),
             &spec.sandbox.limits,
         );
+        if with_driver_library(spec) {
+            let p = channels.join(DRIVER_LIBRARY);
+            std::fs::write(&p, crate::pipeline::wrapper::bash_builtins::library())
+                .map_err(|e| Error::io(format!("write {}", p.display()), e))?;
+            // The container's user must read it, whatever our umask.
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644))
+                .map_err(|e| Error::io(format!("chmod {}", p.display()), e))?;
+        }
         for f in ["req", "resp"] {
             let p = channels.join(f);
             nix::unistd::mkfifo(&p, nix::sys::stat::Mode::from_bits_truncate(0o666))
@@ -970,6 +996,24 @@ mod tests {
             cmd[2]
         );
         assert_eq!(&cmd[4..], ["/usr/bin/python3", "-I", "-c", "driver"]);
+        // bash also gets its driver's builtins on fd 5, where this build has them.
+        let mut bash = spec(false);
+        bash.language = Language::Bash;
+        let c = container_config(
+            &bash,
+            Path::new("/state/ws"),
+            Path::new("/state/ch"),
+            "s1",
+            "{}",
+        );
+        let shim = &c.cmd.unwrap()[2];
+        assert_eq!(
+            shim.starts_with(
+                "exec 3</run/sandpit/req 4>/run/sandpit/resp 5</run/sandpit/driver_bash.so && "
+            ),
+            cfg!(target_os = "linux"),
+            "{shim}"
+        );
         assert!(c
             .env
             .unwrap()

@@ -4,13 +4,14 @@
 //! redirections (a warm cell: about 0.14 -> 0.09 ms in the driver harness).
 //!
 //! build.rs compiles the library for Linux targets with the target's C compiler; it is
-//! embedded here and handed to each bash sandbox of the linux and unsandboxed backends as a
-//! sealed memfd on fd 5 ([`memfd`], `pty_spawn`). The driver loads it with
-//! `enable -f /proc/self/fd/5` and closes fd 5 before any cell runs; where that fails (no
-//! `/proc`, a shell that cannot load it), or where nothing is on fd 5 (Docker, macOS), it
-//! defines the same two commands as bash functions (`driver.sh`, "Reading a request and
-//! answering it"). The library runs inside the sandbox, confined like the shell that loads
-//! it: it gives the code nothing the shell does not have.
+//! embedded here and handed to each bash sandbox as fd 5: by the linux and unsandboxed
+//! backends as a sealed memfd ([`memfd`], `pty_spawn`), by the Docker backend as a file in the
+//! session's read-only channels directory, which the container's launch shim opens. The
+//! driver loads it with `enable -f /proc/self/fd/5` and closes fd 5 before any cell runs;
+//! where that fails (no `/proc`, a shell or C library that cannot load it), or where nothing
+//! is on fd 5 (macOS), it defines the same commands as bash functions (`driver.sh`, "Reading a
+//! request"). The library runs inside the sandbox, confined like the shell that loads it: it
+//! gives the code nothing the shell does not have.
 
 /// The descriptor the driver finds the library on.
 pub const FD: i32 = 5;
@@ -23,6 +24,13 @@ const LIBRARY: &[u8] = &[];
 /// Whether this build has the library (Linux targets).
 pub fn available() -> bool {
     !LIBRARY.is_empty()
+}
+
+/// The library's bytes (empty where this build has none). The Docker backend writes them
+/// into the session's read-only channels directory, which the container's launch shim opens
+/// as fd 5.
+pub fn library() -> &'static [u8] {
+    LIBRARY
 }
 
 /// A new memfd holding the library, sealed against any change, close-on-exec and numbered

@@ -171,8 +171,8 @@ __sp_tool_track=
 # ignores SIGINT and removes the DEBUG and ERR traps. `__sp_send STATUS RC` writes the end
 # markers on fds 1 and 2 and the response on fd 11.
 # They are builtins written in C (driver_bash.c) where the host hands the shell that library
-# as fd 5 (the linux and unsandboxed backends): together they save about 50 us of a warm
-# cell's 140. Where it does not (Docker, macOS; or a shell that cannot load it), they are the
+# as fd 5 (the linux, unsandboxed and Docker backends): together they save about 50 us of a
+# warm cell's 140. Where it does not (macOS; or a shell that cannot load it), they are the
 # functions below, which do the same in bash (one difference: being functions, they fire a
 # RETURN trap the user set under `set -T`, between cells). Fd 5 is closed before any cell
 # runs.

@@ -25,7 +25,7 @@
  * builtins.h, command.h and variables.h from bash 2.0 to 5.2 (the driver needs 4.4 or
  * later); bash's own headers are not needed to build this file.
  */
-#define _GNU_SOURCE /* NSIG, whatever -std the build asks for */
+#define _DEFAULT_SOURCE /* NSIG, whatever -std the build asks for */
 #include <errno.h>
 #include <signal.h>
 #include <stddef.h>
@@ -141,6 +141,24 @@ static char *read_to_nul(int fd) {
     return buf;
 }
 
+/* The code's length: 1 to 10 decimal digits, as the host writes it, below 2^30 (nothing near
+ * SIZE_MAX even where size_t is 32 bits). Parsed here rather than by strtoul, which glibc
+ * 2.38+ headers turn into a symbol older C libraries lack (a container's, say). */
+static int parse_length(const char *s, size_t *n) {
+    size_t v = 0;
+    if (*s == '\0')
+        return -1;
+    for (; *s != '\0'; s++) {
+        if (*s < '0' || *s > '9')
+            return -1;
+        v = v * 10 + (size_t)(*s - '0');
+        if (v >= (size_t)1 << 30)
+            return -1;
+    }
+    *n = v;
+    return 0;
+}
+
 /* A header field: `width` bytes, left-aligned and padded with spaces. */
 static void field(char *dst, const char *src, size_t width) {
     memcpy(dst, src, width);
@@ -188,13 +206,8 @@ static int recv_builtin(WORD_LIST *args) {
     if (len[0] == '-') {
         code = read_to_nul(10);
     } else {
-        /* At most 10 digits, as the host writes it; nothing near SIZE_MAX even where
-         * unsigned long is 32 bits. */
-        char *end;
-        errno = 0;
-        unsigned long n = strtoul(len, &end, 10);
-        int valid = end != len && *end == '\0' && errno == 0 && n < (1UL << 30);
-        code = valid ? malloc(n + 1) : NULL;
+        size_t n = 0;
+        code = parse_length(len, &n) == 0 ? malloc(n + 1) : NULL;
         if (code != NULL && read_exact(10, code, n) != 0) {
             free(code);
             code = NULL;
