@@ -172,10 +172,16 @@ fn split_off_waiter(
     // SAFETY: single-threaded process (the helper starts no threads), so fork is safe.
     match unsafe { fork() } {
         Ok(ForkResult::Parent { child }) => {
-            for fd in 0..=5 {
-                // SAFETY: the waiter needs none of the session's descriptors (nor the bash
-                // driver's builtins on 5).
+            for fd in 0..=4 {
+                // SAFETY: the waiter needs none of the session's descriptors.
                 unsafe { libc::close(fd) };
+            }
+            // Nor the bash driver's builtins, when fd 5 holds them: otherwise 5 was closed at
+            // the start and may since be one of the helper's own (the supervision socket's
+            // waiter end, which it keeps).
+            if is_sealed_memfd(5) {
+                // SAFETY: closing the memfd the waiter does not use touches no memory.
+                unsafe { libc::close(5) };
             }
             shield_waiter();
             if let Some(s) = supervision {
