@@ -244,8 +244,7 @@ pub fn host_driver(interpreter: &std::path::Path, spec: &LaunchSpec) -> HostDriv
     HostDriver {
         args: spec.driver_args.clone(),
         preamble: Vec::new(),
-        library: spec.language == Language::Bash
-            && crate::pipeline::wrapper::bash_builtins::available(),
+        library: crate::pipeline::wrapper::bash_builtins::wanted(spec.language),
     }
 }
 

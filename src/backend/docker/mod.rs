@@ -178,11 +178,11 @@ pub fn availability() -> Availability {
 /// The bash driver's builtins in the channels directory (mounted read-only at [`CHANNELS`]).
 const DRIVER_LIBRARY: &str = "driver_bash.so";
 
-/// Whether a session gets the bash driver's builtins: bash, and a build that has them (Linux;
-/// the container runs the host's architecture). A container whose bash or C library cannot
-/// load them gets the driver's bash functions instead.
+/// Whether a session gets the bash driver's builtins (`bash_builtins::wanted`; the container
+/// runs the host's architecture). A container whose bash or C library cannot load them gets
+/// the driver's bash functions instead.
 fn with_driver_library(spec: &LaunchSpec) -> bool {
-    spec.language == Language::Bash && crate::pipeline::wrapper::bash_builtins::available()
+    crate::pipeline::wrapper::bash_builtins::wanted(spec.language)
 }
 
 /// The container a session runs in, as data: unit tests assert every hard-coded restriction.

@@ -26,6 +26,11 @@ pub fn available() -> bool {
     !LIBRARY.is_empty()
 }
 
+/// Whether a sandbox for `language` gets the library: bash, where this build has it.
+pub fn wanted(language: crate::types::Language) -> bool {
+    language == crate::types::Language::Bash && available()
+}
+
 /// The library's bytes (empty where this build has none). The Docker backend writes them
 /// into the session's read-only channels directory, which the container's launch shim opens
 /// as fd 5.
