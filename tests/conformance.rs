@@ -358,6 +358,54 @@ mod functional {
         assert_eq!(r.result, Some(serde_json::json!("")), "{r:?}");
     }
 
+    /// What the sandbox prints between cells (a thread the last cell left running) belongs
+    /// to no cell: the next cell's streams hold its own output only. A writer that fills the
+    /// buffers between cells does not hold the next cell up. WASI's Python has no threads.
+    pub async fn output_between_cells_belongs_to_no_cell(ctx: Ctx) {
+        if ctx.kind() == BackendKind::Wasi {
+            eprintln!("skipped: no threads in the WebAssembly interpreter");
+            return;
+        }
+        let mut s = ctx.session(Language::Python).await;
+        let r = exec(
+            &mut s,
+            "import sys, threading\n\
+             def late():\n    print('late out', flush=True)\n    print('late err', file=sys.stderr, flush=True)\n\
+             threading.Timer(0.2, late).start()",
+        )
+        .await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        assert!(!r.stdout.contains("late"), "{r:?}");
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let r = exec(
+            &mut s,
+            "import sys\nprint('mine')\nprint('mine too', file=sys.stderr)",
+        )
+        .await;
+        assert_eq!(r.stdout, "mine\n", "{r:?}");
+        assert_eq!(r.stderr, "mine too\n", "{r:?}");
+        // 4 MB written between cells, more than any buffer holds: the writer blocks, and
+        // the next cell still runs and ends (what the writer adds during it is its output).
+        let r = exec(
+            &mut s,
+            "import os, threading\n\
+             def flood():\n    chunk = b'f' * 65536\n    for _ in range(64):\n        os.write(1, chunk)\n\
+             flooder = threading.Timer(0.1, flood)\nflooder.start()",
+        )
+        .await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let r = exec(&mut s, "flooder.join()\nresult = 'after the flood'").await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        assert_eq!(
+            r.result,
+            Some(serde_json::json!("after the flood")),
+            "{r:?}"
+        );
+        let r = exec(&mut s, "print('quiet again')").await;
+        assert_eq!(r.stdout, "quiet again\n", "{r:?}");
+    }
+
     pub async fn output_flood_is_bounded(ctx: Ctx) {
         let before = vm_hwm_kb();
         let r = ctx.run(Language::Python, "import sys\nchunk = 'x' * 65535 + '\\n'\nfor _ in range(1000):\n    sys.stdout.write(chunk)\nprint('THE END')").await;
@@ -2339,6 +2387,7 @@ matrix!(functional; [linux, linux_no_ns, linux_no_ns_abi4, linux_no_landlock, do
     forged_markers_are_plain_output,
     stdin_reads_get_eof,
     terminal_reads_get_eof_once,
+    output_between_cells_belongs_to_no_cell,
     output_flood_is_bounded,
     invalid_utf8_is_replaced,
     files_in_and_out,

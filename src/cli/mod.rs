@@ -300,18 +300,21 @@ pub fn main() -> ExitCode {
             code
         }
         Command::Repl { language, backend } => {
-            runtime.block_on(repl::repl(language, backend, policy))
+            on_a_worker(&runtime, repl::repl(language, backend, policy))
         }
         Command::Doctor { json } => doctor::doctor(json, &policy, &source),
-        Command::Bench(args) => runtime.block_on(bench::bench(args, policy)),
-        Command::Mcp { backend } => runtime.block_on(mcp(backend, policy)),
+        Command::Bench(args) => on_a_worker(&runtime, bench::bench(args, policy)),
+        Command::Mcp { backend } => on_a_worker(&runtime, mcp(backend, policy)),
         Command::Serve {
             listen,
             unix,
             token,
             tokens,
             backend,
-        } => runtime.block_on(serve(backend, listen, unix, token, tokens, policy)),
+        } => on_a_worker(
+            &runtime,
+            serve(backend, listen, unix, token, tokens, policy),
+        ),
         Command::Image {
             action: ImageAction::Build { offline },
         } => runtime.block_on(image::build(offline)),
@@ -319,6 +322,29 @@ pub fn main() -> ExitCode {
             action: WasiAction::Install { wheels },
         } => wasi::install(&policy, wheels),
     }
+}
+
+/// Runs a command's future as a task on one of the multi-thread runtime's workers, and waits
+/// for it. A future `block_on` polls itself lives on the main thread, which never polls the
+/// I/O driver: every wake-up it gets (each chunk of a cell's output, its response) is handed
+/// over by a worker, a futex wake and a context switch each. A task on a worker is woken by the
+/// worker that saw the event. Measured (`sandpit bench`, alternated rounds): 0.01-0.02 ms less
+/// per warm cell, every language. The servers' requests were tasks already; this is for the
+/// REPL's cells and the bench's, and keeps every command on the same footing.
+fn on_a_worker<F>(runtime: &tokio::runtime::Runtime, command: F) -> ExitCode
+where
+    F: std::future::Future<Output = ExitCode> + Send + 'static,
+{
+    runtime.block_on(async {
+        match tokio::spawn(command).await {
+            Ok(code) => code,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => {
+                eprintln!("sandpit: the command's task ended early: {e}");
+                ExitCode::from(EXIT_SANDPIT_FAILURE)
+            }
+        }
+    })
 }
 
 #[cfg(test)]

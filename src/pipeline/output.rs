@@ -1,4 +1,4 @@
-//! Output limits: every stream is drained continuously into a [`BoundedCapture`] that keeps a
+//! Output limits: a cell's streams are read as they come into a [`BoundedCapture`] that keeps a
 //! head and a tail within the byte limit and counts what it dropped, so memory stays flat under an
 //! output flood of any size. [`MarkerScanner`] finds a cell's end marker in a byte stream even
 //! when the marker is split across reads.

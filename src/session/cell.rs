@@ -206,14 +206,14 @@ impl StreamState {
         self.closed || self.scanner.found()
     }
 
-    pub(super) fn take(&mut self, chunk: Option<Vec<u8>>) {
+    pub(super) fn take(&mut self, chunk: Option<&[u8]>) {
         let Some(chunk) = chunk else {
             self.closed = true;
             self.scanner.flush(|b| self.sink.accept(b));
             self.sink.finish();
             return;
         };
-        self.scanner.feed(&chunk, |b| self.sink.accept(b));
+        self.scanner.feed(chunk, |b| self.sink.accept(b));
         if self.scanner.found() {
             self.sink.finish();
         }

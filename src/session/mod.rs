@@ -12,6 +12,8 @@
 mod cell;
 use cell::{describe_end, Aftermath, Cell, CellEnd, Fresh, StreamState, Watched};
 mod disk;
+mod output_pipe;
+use output_pipe::OutputPipe;
 pub mod files;
 pub mod manager;
 pub mod packages;
@@ -146,8 +148,8 @@ struct Running {
     responses: BufReader<Reader>,
     /// A response line read in part (kept across the watch loop's turns).
     lines: LineReader,
-    stdout: mpsc::Receiver<Vec<u8>>,
-    stderr: mpsc::Receiver<Vec<u8>>,
+    stdout: OutputPipe,
+    stderr: OutputPipe,
     control: Arc<dyn SandboxControl>,
     version: String,
     layers: Option<crate::backend::LayersReport>,
@@ -155,6 +157,25 @@ struct Running {
     disk: Option<disk::SessionDisk>,
     /// An EOF was queued on the terminal and may still be unread (see [`EOF_AFTER`]).
     eof_queued: bool,
+}
+
+impl Running {
+    /// The next line on the response channel before the first cell. The output streams are
+    /// read meanwhile (a start-up that prints more than a terminal holds must not stall), and
+    /// stderr's head and tail kept for the error when the sandbox ends before it is ready.
+    async fn startup_line(
+        &mut self,
+        stderr: &mut BoundedCapture,
+    ) -> std::io::Result<Option<std::result::Result<Vec<u8>, Oversized>>> {
+        loop {
+            tokio::select! {
+                biased;
+                line = self.lines.read_line(&mut self.responses, MAX_RESPONSE_BYTES) => return line,
+                Some(_) = self.stdout.recv() => {}
+                Some(c) = self.stderr.recv() => stderr.push(c),
+            }
+        }
+    }
 }
 
 /// A persistent interpreter session.
@@ -180,30 +201,6 @@ pub struct Session {
     /// Said in the first result of a sandbox that is weaker than the host usually gives: the
     /// native backend fell back to no namespaces (the host refused them) under `auto`.
     weaker_notice: Option<String>,
-}
-
-/// Reads a chunked stream into a bounded channel, so the child never blocks on a full pipe
-/// while a cell runs and memory stays bounded.
-fn pump(mut r: Reader) -> mpsc::Receiver<Vec<u8>> {
-    use tokio::io::AsyncReadExt;
-    let (tx, rx) = mpsc::channel(16);
-    tokio::spawn(async move {
-        // Read into spare capacity: a zeroed buffer would touch (fault in) all 16 pages at
-        // every session start, where most cells print a few bytes.
-        let mut buf = Vec::with_capacity(64 * 1024);
-        loop {
-            buf.clear();
-            match r.read_buf(&mut buf).await {
-                Ok(0) | Err(_) => break, // EOF, or EIO from a PTY whose other side is gone
-                Ok(_) => {
-                    if tx.send(buf.clone()).await.is_err() {
-                        break;
-                    }
-                }
-            }
-        }
-    });
-    rx
 }
 
 /// A line longer than the limit: its length and its first [`OVERSIZED_HEAD`] bytes (enough to
@@ -472,8 +469,8 @@ impl Session {
             requests: launched.requests,
             responses: BufReader::new(launched.responses),
             lines: LineReader::default(),
-            stdout: pump(launched.stdout),
-            stderr: pump(launched.stderr),
+            stdout: OutputPipe::new(launched.stdout),
+            stderr: OutputPipe::new(launched.stderr),
             control,
             version: String::new(),
             layers: None,
@@ -481,14 +478,11 @@ impl Session {
             eof_queued: false,
         };
         let deadline = Instant::now() + START_TIMEOUT;
+        let mut start_stderr = BoundedCapture::new(4096);
         loop {
-            let line = tokio::time::timeout_at(
-                deadline.into(),
-                running
-                    .lines
-                    .read_line(&mut running.responses, MAX_RESPONSE_BYTES),
-            )
-            .await;
+            let line =
+                tokio::time::timeout_at(deadline.into(), running.startup_line(&mut start_stderr))
+                    .await;
             let line = match line {
                 Err(_) => {
                     running.control.kill();
@@ -499,7 +493,12 @@ impl Session {
                 }
                 Ok(Err(e)) => return Err(Error::io("read from the sandbox", e)),
                 Ok(Ok(None)) => {
-                    let stderr = drain_text(&mut running.stderr).await;
+                    let mut stderr = start_stderr;
+                    running
+                        .stderr
+                        .collect_into(&mut stderr, Duration::from_millis(300))
+                        .await;
+                    let stderr = stderr.finish();
                     let exit = running.control.wait().await;
                     return Err(Error::sandbox(format!(
                         "the sandbox exited before the interpreter was ready (exit {:?}): {}",
@@ -754,8 +753,8 @@ impl Session {
             return Err(Error::sandbox("session not running"));
         };
         // Output left over from between cells (a background process) belongs to no cell.
-        while run.stdout.try_recv().is_ok() {}
-        while run.stderr.try_recv().is_ok() {}
+        run.stdout.discard_pending();
+        run.stderr.discard_pending();
         // Unread terminal input belongs to no cell (and a stale ^D would end an interactive
         // read at once): drop it, before an interactive cell and whenever an EOF was queued.
         // The host writes nothing else to the terminal, and the code cannot push input into it
@@ -1339,17 +1338,6 @@ impl ToolCalls {
         self.summaries.sort_by_key(|(order, _)| *order);
         self.summaries.into_iter().map(|(_, s)| s).collect()
     }
-}
-
-async fn drain_text(rx: &mut mpsc::Receiver<Vec<u8>>) -> String {
-    let mut cap = BoundedCapture::new(4096);
-    let _ = tokio::time::timeout(Duration::from_millis(300), async {
-        while let Some(c) = rx.recv().await {
-            cap.push(&c);
-        }
-    })
-    .await;
-    cap.finish()
 }
 
 impl Drop for Session {
