@@ -1,5 +1,6 @@
 //! Build steps: the build's identity, the built-in TOML profiles as JSON (`write_profiles_as_json`),
-//! and the redaction gate (see `src/pipeline/redact/gate.rs`).
+//! the redaction gate (see `src/pipeline/redact/gate.rs`), the seccomp programs
+//! (`write_seccomp_programs`) and the bash driver's builtins (`write_bash_builtins`).
 //!
 //! `SANDPIT_BUILD_ID` is a hash of everything the build is made of (`src/`, `profiles/`,
 //! `Cargo.toml`, `Cargo.lock`): `sandpit` and the `sandpit-helper` binary compare it, so that a
@@ -22,6 +23,12 @@
 //!
 //! Each DFA gathers as many loosened patterns as stay small together (a union of all of them
 //! would be megabytes: their loops multiply when determinized).
+
+/// The seccomp profile as seccompiler's input (the same source file the crate uses).
+#[cfg(target_os = "linux")]
+#[path = "backend/linux/seccomp_profile.rs"]
+#[allow(dead_code)]
+mod seccomp_profile;
 
 use regex_automata::dfa::{dense, StartKind};
 use regex_automata::nfa::thompson;
@@ -47,6 +54,10 @@ fn main() {
         eprintln!("sandpit build: the redaction gate: {e}");
         std::process::exit(1);
     }
+    if let Err(e) = write_seccomp_programs() {
+        eprintln!("sandpit build: the seccomp programs (profiles/seccomp/sandbox.json): {e}");
+        std::process::exit(1);
+    }
     if let Err(e) = write_bash_builtins() {
         eprintln!(
             "sandpit build: the bash driver's builtins (src/pipeline/wrapper/driver_bash.c): {e}"
@@ -54,6 +65,41 @@ fn main() {
         eprintln!("  hint: they are built with the target's C compiler (`cc`, or CC_<target>), which a Rust build on Linux needs as its linker anyway");
         std::process::exit(1);
     }
+}
+
+/// The seccomp profile's filters, compiled by seccompiler for every architecture the profile
+/// has (`backend::linux::seccomp::programs` embeds them): `$OUT_DIR/seccomp_programs.rs`.
+/// seccompiler builds on Linux only; a build script running elsewhere writes no programs, and
+/// the native Linux backend of such a build refuses to start a sandbox, saying why.
+fn write_seccomp_programs() -> Result<(), String> {
+    let mut text = String::from(
+        "// Written by src/build.rs.\n\
+         /// One BPF instruction: `(code, jt, jf, k)`.\n\
+         pub type Insn = (u16, u8, u8, u32);\n\
+         /// A filter's name and program.\n\
+         pub type Filter = (&'static str, &'static [Insn]);\n\
+         /// Each architecture's filters.\n\
+         pub static PROGRAMS: &[(&str, &[Filter])] = &[\n",
+    );
+    #[cfg(target_os = "linux")]
+    for arch in seccomp_profile::ARCHES {
+        use std::fmt::Write;
+        let name = seccomp_profile::arch_name(arch);
+        let filters = seccomp_profile::compile_all(arch).map_err(|e| format!("{name}: {e}"))?;
+        let _ = writeln!(text, "    (\"{name}\", &[");
+        for (filter, program) in filters {
+            let _ = write!(text, "        (\"{filter}\", &[");
+            for i in program {
+                let _ = write!(text, "({}, {}, {}, {}), ", i.code, i.jt, i.jf, i.k);
+            }
+            text.push_str("]),\n");
+        }
+        text.push_str("    ]),\n");
+    }
+    text.push_str("];\n");
+    let out = PathBuf::from(std::env::var("OUT_DIR").map_err(|e| format!("OUT_DIR: {e}"))?);
+    std::fs::write(out.join("seccomp_programs.rs"), text)
+        .map_err(|e| format!("write seccomp_programs.rs: {e}"))
 }
 
 /// `$OUT_DIR/driver_bash.so`: the bash driver's loadable builtins (`pipeline::wrapper::

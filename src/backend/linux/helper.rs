@@ -260,11 +260,10 @@ pub fn main(plan_json: &str) -> ! {
         mark("helper: cgroup placement (own thread)");
     }
 
-    // The seccomp programs are a pure function of the plan: compile them (~1 ms) now, while a
-    // cgroup v2 host is still placing us (step 3b), rather than after the set-up below. They
-    // are installed last (step 9).
+    // The seccomp programs, compiled by the build (`seccomp::programs`), chosen by the plan.
+    // They are installed last (step 9).
     let arch = seccomp::native_arch().unwrap_or_else(|e| fail(Step::Seccomp, e));
-    let filters = seccomp::compile(arch, plan.seccomp).unwrap_or_else(|e| fail(Step::Seccomp, e));
+    let filters = seccomp::programs(arch, plan.seccomp).unwrap_or_else(|e| fail(Step::Seccomp, e));
 
     // 2. Namespaces, while a cgroup v2 host is still placing us (that can wait for an RCU
     //    grace period): unsharing forks nothing, so it need not wait for the placement.
@@ -299,7 +298,7 @@ pub fn main(plan_json: &str) -> ! {
         write("/proc/self/gid_map", format!("{gid} {gid} 1"));
     }
 
-    mark("helper: set-up, seccomp compile and namespaces");
+    mark("helper: set-up and namespaces");
     // 3. Filesystem view, part one: the sandbox's own root, built while a cgroup v2 host is
     //    still placing us (mounting forks nothing), entered after the fork (step 5).
     if let Some(root) = &plan.root {

@@ -19,9 +19,19 @@
 
 use seccompiler::{BpfProgram, TargetArch};
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
 
-const PROFILE: &str = include_str!("../../../profiles/seccomp/sandbox.json");
+// Outside tests, the crate uses the names alone: the compiling is the build script's.
+#[path = "seccomp_profile.rs"]
+#[cfg_attr(not(test), allow(dead_code))]
+mod profile;
+use profile::arch_name;
+
+/// The profile's filters for every supported architecture, compiled by seccompiler once per
+/// build (`src/build.rs`, from [`profile::compile_all`]): compiling them in each sandbox's
+/// helper cost ~1 ms of its start, on the critical path.
+mod compiled {
+    include!(concat!(env!("OUT_DIR"), "/seccomp_programs.rs"));
+}
 
 /// Which of the conditional filters to install, besides `allow` and `clone3`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -42,28 +52,17 @@ impl Options {
     /// The optional filters, by name, in installation order.
     fn filters(self) -> impl Iterator<Item = &'static str> {
         [
-            (self.deny_network, "network"),
-            (self.deny_unix_sockets, "unix_sockets"),
-            (self.deny_other_processes, "other_processes"),
-            (self.deny_sysv_ipc, "sysv_ipc"),
-            (self.deny_sigio_owner, "sigio_owner"),
+            self.deny_network,
+            self.deny_unix_sockets,
+            self.deny_other_processes,
+            self.deny_sysv_ipc,
+            self.deny_sigio_owner,
         ]
         .into_iter()
+        .zip(profile::OPTIONAL_FILTERS)
         .filter_map(|(on, name)| on.then_some(name))
     }
 }
-
-/// The optional filters of the profile, in installation order.
-const OPTIONAL_FILTERS: [&str; 5] = [
-    "network",
-    "unix_sockets",
-    "other_processes",
-    "sysv_ipc",
-    "sigio_owner",
-];
-
-/// The x32 ABI shares AUDIT_ARCH_X86_64 but sets this bit in the syscall number.
-const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SeccompError {
@@ -84,131 +83,43 @@ pub fn native_arch() -> Result<TargetArch, SeccompError> {
     })
 }
 
-fn arch_name(arch: TargetArch) -> &'static str {
-    match arch {
-        TargetArch::x86_64 => "x86_64",
-        TargetArch::aarch64 => "aarch64",
-        TargetArch::riscv64 => "riscv64",
-    }
-}
-
-/// Drops the `comment` keys seccompiler's format does not have at every level we use.
-fn strip_comments(v: &mut Value) {
-    match v {
-        Value::Object(o) => {
-            o.remove("comment");
-            o.values_mut().for_each(strip_comments);
-        }
-        Value::Array(a) => a.iter_mut().for_each(strip_comments),
-        _ => {}
-    }
-}
-
-/// The names allowed unconditionally on `arch`.
-fn allowed_names(profile: &Value, arch: TargetArch) -> Vec<String> {
-    let allow = &profile["allow"];
-    ["common", arch_name(arch)]
-        .iter()
-        .flat_map(|k| allow[*k].as_array().cloned().unwrap_or_default())
-        .filter_map(|v| v.as_str().map(str::to_string))
-        .collect()
-}
-
-/// seccompiler's JSON for `arch`: the `allow` and `clone3` filters and every optional one.
-fn seccompiler_json(arch: TargetArch) -> Result<Value, SeccompError> {
+/// The filters to install for `arch`, in installation order, as `(name, program)`: the
+/// build's compiled programs ([`compiled`]).
+pub fn programs(
+    arch: TargetArch,
+    options: Options,
+) -> Result<Vec<(String, BpfProgram)>, SeccompError> {
     let err = |message: String| SeccompError::Profile {
         arch: arch_name(arch),
         message,
     };
-    if arch == TargetArch::riscv64 {
-        return Err(err("no profile for riscv64".into()));
-    }
-    let profile: Value = serde_json::from_str(PROFILE).map_err(|e| err(e.to_string()))?;
-    let mut rules: Vec<Value> = allowed_names(&profile, arch)
-        .into_iter()
-        .map(|n| json!({ "syscall": n }))
-        .collect();
-    rules.extend(
-        profile["allow_with_arguments"]
-            .as_array()
-            .cloned()
-            .ok_or_else(|| err("allow_with_arguments is not a list".into()))?,
-    );
-    let mut out = json!({
-        "allow": { "mismatch_action": { "errno": libc::EPERM }, "match_action": "allow", "filter": rules },
-        "clone3": profile["clone3"].clone(),
-    });
-    for name in OPTIONAL_FILTERS {
-        if !profile[name].is_object() {
-            return Err(err(format!("filter {name} missing from the profile")));
-        }
-        out[name] = profile[name].clone();
-    }
-    strip_comments(&mut out);
-    Ok(out)
-}
-
-/// The filters to install for `arch`, in installation order, as `(name, program)`.
-pub fn compile(
-    arch: TargetArch,
-    options: Options,
-) -> Result<Vec<(String, BpfProgram)>, SeccompError> {
-    let text = seccompiler_json(arch)?.to_string();
-    let mut map = seccompiler::compile_from_json(text.as_bytes(), arch).map_err(|e| {
-        SeccompError::Profile {
-            arch: arch_name(arch),
-            message: e.to_string(),
-        }
-    })?;
-    let mut take = |name: &str| {
-        map.remove(name).ok_or_else(|| SeccompError::Profile {
-            arch: arch_name(arch),
-            message: format!("filter {name} missing"),
-        })
+    let Some((_, filters)) = compiled::PROGRAMS
+        .iter()
+        .find(|(a, _)| *a == arch_name(arch))
+    else {
+        return Err(err(format!(
+            "this build has no seccomp programs for {} (there is no profile for it, or the \
+             build ran on a host other than Linux, whose build script cannot run seccompiler)",
+            arch_name(arch)
+        )));
     };
-    let mut allow = take("allow")?;
-    if arch == TargetArch::x86_64 {
-        allow = with_x32_prefix(allow);
-    }
-    let mut out = vec![
-        ("allow".to_string(), allow),
-        ("clone3".to_string(), take("clone3")?),
-    ];
-    for name in options.filters() {
-        out.push((name.to_string(), take(name)?));
-    }
-    Ok(out)
-}
-
-/// Prepends: load the syscall number; if the x32 bit is set, fail with EPERM. The rest of the
-/// program (seccompiler's) starts with its own architecture check and loads what it needs.
-fn with_x32_prefix(program: BpfProgram) -> BpfProgram {
-    const BPF_LD_W_ABS: u16 = 0x20; // BPF_LD (0x00) | BPF_W (0x00) | BPF_ABS (0x20)
-    const BPF_JMP_JSET_K: u16 = 0x45; // BPF_JMP (0x05) | BPF_JSET (0x40) | BPF_K (0x00)
-    const BPF_RET_K: u16 = 0x06; // BPF_RET (0x06) | BPF_K (0x00)
-    let nr_offset = 0; // offsetof(struct seccomp_data, nr)
-    let mut prefix = vec![
-        seccompiler::sock_filter {
-            code: BPF_LD_W_ABS,
-            jt: 0,
-            jf: 0,
-            k: nr_offset,
-        },
-        seccompiler::sock_filter {
-            code: BPF_JMP_JSET_K,
-            jt: 0,
-            jf: 1,
-            k: X32_SYSCALL_BIT,
-        },
-        seccompiler::sock_filter {
-            code: BPF_RET_K,
-            jt: 0,
-            jf: 0,
-            k: libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
-        },
-    ];
-    prefix.extend(program);
-    prefix
+    let program = |name: &str| {
+        filters
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, insns)| {
+                insns
+                    .iter()
+                    .map(|&(code, jt, jf, k)| seccompiler::sock_filter { code, jt, jf, k })
+                    .collect::<BpfProgram>()
+            })
+            .ok_or_else(|| err(format!("filter {name} missing from the build")))
+    };
+    ["allow", "clone3"]
+        .into_iter()
+        .chain(options.filters())
+        .map(|name| Ok((name.to_string(), program(name)?)))
+        .collect()
 }
 
 /// Installs the filters on the calling thread. `PR_SET_NO_NEW_PRIVS` must already be set.
@@ -237,15 +148,34 @@ mod tests {
         }
     }
 
+    use profile::{allowed_names, OPTIONAL_FILTERS, PROFILE, X32_SYSCALL_BIT};
+    use serde_json::Value;
+
     fn profile() -> Value {
         serde_json::from_str(PROFILE).unwrap()
+    }
+
+    /// What the build embedded is what seccompiler makes of the profile now, instruction for
+    /// instruction, for every architecture and filter.
+    #[test]
+    fn the_build_s_programs_are_the_profile_compiled() {
+        for arch in profile::ARCHES {
+            let now = profile::compile_all(arch).unwrap();
+            let built = programs(arch, all_filters()).unwrap();
+            assert_eq!(now.len(), built.len());
+            for ((n1, p1), (n2, p2)) in now.iter().zip(&built) {
+                assert_eq!(n1, n2);
+                assert_eq!(p1, p2, "{} {n1}", arch_name(arch));
+            }
+        }
+        assert!(programs(TargetArch::riscv64, Options::default()).is_err());
     }
 
     #[test]
     fn compiles_for_every_supported_arch() {
         for arch in [TargetArch::x86_64, TargetArch::aarch64] {
             let all = all_filters();
-            let f = compile(arch, all).unwrap();
+            let f = programs(arch, all).unwrap();
             let names: Vec<_> = f.iter().map(|(n, _)| n.as_str()).collect();
             assert_eq!(
                 names,
@@ -263,22 +193,22 @@ mod tests {
                 f.iter().all(|(_, p)| !p.is_empty() && p.len() < 4096),
                 "BPF programs are limited to 4096 instructions"
             );
-            assert_eq!(compile(arch, Options::default()).unwrap().len(), 2);
+            assert_eq!(programs(arch, Options::default()).unwrap().len(), 2);
             let no_ns = Options {
                 deny_network: false,
                 deny_sigio_owner: false,
                 ..all
             };
-            assert_eq!(compile(arch, no_ns).unwrap().len(), 5);
+            assert_eq!(programs(arch, no_ns).unwrap().len(), 5);
         }
     }
 
     #[test]
     fn x86_64_allow_filter_starts_with_x32_guard() {
-        let f = compile(TargetArch::x86_64, Options::default()).unwrap();
+        let f = programs(TargetArch::x86_64, Options::default()).unwrap();
         assert_eq!(f[0].1[1].k, X32_SYSCALL_BIT);
         assert_eq!(f[0].1[2].k, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32);
-        let a = compile(TargetArch::aarch64, Options::default()).unwrap();
+        let a = programs(TargetArch::aarch64, Options::default()).unwrap();
         assert_ne!(a[0].1[1].k, X32_SYSCALL_BIT);
     }
 
@@ -454,7 +384,7 @@ mod tests {
     fn golden_filter_order() {
         let all = all_filters();
         for arch in [TargetArch::x86_64, TargetArch::aarch64] {
-            let f: Vec<String> = compile(arch, all)
+            let f: Vec<String> = programs(arch, all)
                 .unwrap()
                 .iter()
                 .map(|(n, p)| format!("{n}: {} instructions", p.len()))
@@ -470,6 +400,7 @@ mod tests {
 #[cfg(test)]
 mod verdicts {
     use super::*;
+    use profile::X32_SYSCALL_BIT;
     use seccompiler::sock_filter;
 
     /// `struct seccomp_data` as the filters read it (little-endian).
@@ -519,7 +450,7 @@ mod verdicts {
     /// The kernel's answer with every filter installed: each runs, newest first, and the first
     /// of the strictest actions wins (kill < errno < allow, compared as signed).
     fn verdict(arch: TargetArch, options: Options, c: &Call) -> u32 {
-        let filters = compile(arch, options).unwrap();
+        let filters = programs(arch, options).unwrap();
         let rank = |r: u32| (r & libc::SECCOMP_RET_ACTION_FULL) as i32;
         filters
             .iter()
