@@ -243,6 +243,7 @@ pub async fn repl(language: Option<Language>, backend_arg: BackendArg, policy: P
             cancel: Some(cancel),
             workspace: None,
             tools: Some(Arc::new(super::approve::TerminalToolNotices)),
+            start_while_admitting: false,
         };
         let r = manager.execute_via(req, Some(tx), via).await;
         watcher.abort();

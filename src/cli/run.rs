@@ -155,6 +155,8 @@ pub async fn run(args: RunArgs, policy: Policy) -> ExitCode {
         cancel: None,
         workspace: args.workspace.clone(),
         tools: Some(Arc::new(super::approve::TerminalToolNotices)),
+        // One request in this process: its sandbox starts while the analyzer runs.
+        start_while_admitting: true,
     };
 
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<OutputEvent>();

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
-use tokio::sync::{mpsc, Mutex, Semaphore};
+use tokio::sync::{mpsc, Mutex, Semaphore, SemaphorePermit};
 
 /// Limits of the manager.
 #[derive(Debug, Clone)]
@@ -71,6 +71,13 @@ struct Entry {
     session: Mutex<Option<Session>>,
 }
 
+/// A one-shot request's sandbox started while its admission was decided (`Via`): the slot it
+/// runs in, and how the start went.
+struct EarlyStart<'a> {
+    permit: SemaphorePermit<'a>,
+    started: Result<Session>,
+}
+
 /// Which interface a request came through, and how it can ask a person for approval.
 #[derive(Clone)]
 pub struct Via {
@@ -86,6 +93,12 @@ pub struct Via {
     /// commands (the HTTP API's pending calls, a library's handler); `None`: `http` tools
     /// fail, saying why.
     pub tools: Option<Arc<dyn ToolFrontend>>,
+    /// A one-shot request's sandbox starts while the analyzer and approval look at the code,
+    /// which reaches the sandbox only once admitted: their time leaves the critical path (the
+    /// interpreter's start runs on another core meanwhile). The price is a sandbox started
+    /// for nothing when a request is refused, so only a caller that sends one request per
+    /// process sets it (`sandpit run`); a server would multiply that price by its callers.
+    pub start_while_admitting: bool,
 }
 
 impl Via {
@@ -96,6 +109,7 @@ impl Via {
             cancel: None,
             workspace: None,
             tools: None,
+            start_while_admitting: false,
         }
     }
 }
@@ -253,11 +267,35 @@ impl SessionManager {
         if let Err(e) = self.validate(&req) {
             return fail(e, &Admission::default());
         }
-        let admission = self.pipeline.admit(&req, &user, caller).await;
-        crate::util::timing::mark("analyzer and approval");
+        let admit = async {
+            let admission = self.pipeline.admit(&req, &user, caller).await;
+            crate::util::timing::mark("analyzer and approval");
+            admission
+        };
+        // A one-shot request with a free slot may start its sandbox first (`Via`); the
+        // `biased` join polls the start first, so the plan and the spawn run before the
+        // analyzer, which then runs while the interpreter starts.
+        let early_slot = match req.session_id {
+            None if via.start_while_admitting => self.slots.try_acquire().ok(),
+            _ => None,
+        };
+        let (admission, early) = match early_slot {
+            Some(permit) => {
+                let start = self.start_session(self.one_shot_config(&req, &via));
+                let (started, admission) = tokio::join!(biased; start, admit);
+                (admission, Some(EarlyStart { permit, started }))
+            }
+            None => (admit.await, None),
+        };
         let admission = match admission {
             Ok(a) => a,
             Err(e) => {
+                if let Some(EarlyStart {
+                    started: Ok(mut s), ..
+                }) = early
+                {
+                    s.kill().await;
+                }
                 // Already audited by the pipeline.
                 let mut r = ExecResult::from_error(req.language, self.backend_name(), &e);
                 r.session_id = req.session_id.clone();
@@ -265,7 +303,10 @@ impl SessionManager {
                 return r;
             }
         };
-        match self.execute_inner(&req, output, &admission, &via).await {
+        match self
+            .execute_inner(&req, output, &admission, &via, early)
+            .await
+        {
             Ok(mut r) => {
                 self.pipeline
                     .finish(&req, &user, caller, &admission, &mut r);
@@ -274,6 +315,20 @@ impl SessionManager {
             }
             Err(e) => fail(e, &admission),
         }
+    }
+
+    /// A slot to run in: at once when one is free, else after a wait in the bounded queue.
+    async fn slot(&self) -> Result<SemaphorePermit<'_>> {
+        if let Ok(p) = self.slots.try_acquire() {
+            return Ok(p);
+        }
+        if self.waiting.fetch_add(1, Ordering::SeqCst) >= self.config.max_queue {
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
+            return Err(Error::QueueFull(self.config.max_queue));
+        }
+        let p = self.slots.acquire().await;
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        p.map_err(|_| Error::sandbox("the session manager is shutting down"))
     }
 
     fn validate(&self, req: &ExecRequest) -> Result<()> {
@@ -291,12 +346,20 @@ impl SessionManager {
         Ok(())
     }
 
+    /// A one-shot request's session: the request's limits and network, the caller's workspace.
+    fn one_shot_config(&self, req: &ExecRequest, via: &Via) -> SessionConfig {
+        let mut config = SessionConfig::for_request(&self.policy, req);
+        config.workspace = via.workspace.clone();
+        config
+    }
+
     async fn execute_inner(
         &self,
         req: &ExecRequest,
         output: Option<mpsc::UnboundedSender<OutputEvent>>,
         admission: &Admission,
         via: &Via,
+        early: Option<EarlyStart<'_>>,
     ) -> Result<ExecResult> {
         let cancel = via.cancel.clone();
         let scope_for = |trusted_commands| {
@@ -310,24 +373,17 @@ impl SessionManager {
                 trusted_commands,
             }))
         };
-        // A slot, or a place in the bounded queue.
-        let permit = match self.slots.try_acquire() {
-            Ok(p) => p,
-            Err(_) => {
-                if self.waiting.fetch_add(1, Ordering::SeqCst) >= self.config.max_queue {
-                    self.waiting.fetch_sub(1, Ordering::SeqCst);
-                    return Err(Error::QueueFull(self.config.max_queue));
-                }
-                let p = self.slots.acquire().await;
-                self.waiting.fetch_sub(1, Ordering::SeqCst);
-                p.map_err(|_| Error::sandbox("the session manager is shutting down"))?
-            }
+        // A slot (already taken by a start while admitting), or a place in the bounded queue.
+        let (permit, started) = match early {
+            Some(EarlyStart { permit, started }) => (permit, Some(started)),
+            None => (self.slot().await?, None),
         };
         let Some(id) = req.session_id.clone() else {
             // One-shot: a fresh sandbox, gone afterwards.
-            let mut config = SessionConfig::for_request(&self.policy, req);
-            config.workspace = via.workspace.clone();
-            let mut s = self.start_session(config).await?;
+            let mut s = match started {
+                Some(started) => started?,
+                None => self.start_session(self.one_shot_config(req, via)).await?,
+            };
             let tools = scope_for(Default::default());
             let r = s.run_request_cancellable(req, output, cancel, tools).await;
             crate::util::timing::mark("the cell");

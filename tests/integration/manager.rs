@@ -5,8 +5,10 @@
 use crate::common;
 
 use sandpit::backend::{self, BackendChoice};
-use sandpit::session::manager::{ManagerConfig, SessionManager};
+use sandpit::pipeline::approval::{ApprovalMode, ApprovalRequest, Approver, Decision};
+use sandpit::session::manager::{ManagerConfig, SessionManager, Via};
 use sandpit::{ErrorCode, ExecRequest, Language, Status};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -439,6 +441,130 @@ fn the_warm_pool_hands_out_settled_javascript_sandboxes() {
             Some(serde_json::json!(["j1", 0])),
             "the pooled sandbox's watchdog worker had not taken over: {r:?}"
         );
+        m.shutdown().await;
+        let _ = std::fs::remove_dir_all(&state);
+    });
+}
+
+/// The monotonic clock, in ns: one clock for the host and every sandbox (no time namespace).
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into the local it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// A person who answers `decision` after `delay`, noting when (the monotonic clock).
+struct TimedApprover {
+    decision: Decision,
+    delay: Duration,
+    asked: AtomicUsize,
+    decided_at_ns: AtomicU64,
+}
+
+impl TimedApprover {
+    fn new(decision: Decision) -> Arc<TimedApprover> {
+        Arc::new(TimedApprover {
+            decision,
+            // Long enough for the sandbox started meanwhile to be ready and waiting.
+            delay: Duration::from_millis(300),
+            asked: AtomicUsize::new(0),
+            decided_at_ns: AtomicU64::new(0),
+        })
+    }
+}
+
+impl Approver for TimedApprover {
+    fn decide(&self, _r: ApprovalRequest) -> futures_util::future::BoxFuture<'_, Decision> {
+        self.asked.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async move {
+            tokio::time::sleep(self.delay).await;
+            self.decided_at_ns.store(monotonic_ns(), Ordering::SeqCst);
+            self.decision.clone()
+        })
+    }
+}
+
+/// `Via::start_while_admitting` (`sandpit run`): a one-shot request's sandbox starts while the
+/// analyzer and approval decide. The code reaches it only once admitted (its own clock reading
+/// comes after the approval's), and a refusal, by a person or by the analyzer, leaves no
+/// sandbox behind.
+#[test]
+fn a_one_shot_sandbox_started_while_admitting_runs_the_code_only_once_admitted() {
+    rt().block_on(async {
+        let state = common::tempfile_dir("early-start");
+        let mut policy = common::policy();
+        policy.state_dir = state.display().to_string();
+        policy.approval.mode = ApprovalMode::Ask;
+        let m = manager_with(policy, ManagerConfig::default()).await;
+        let via = |approver: &Arc<TimedApprover>| Via {
+            approver: Some(approver.clone()),
+            start_while_admitting: true,
+            ..Via::library()
+        };
+        let left_behind = || -> Vec<std::ffi::OsString> {
+            ["sessions", "unsandboxed"]
+                .iter()
+                .filter_map(|d| std::fs::read_dir(state.join(d)).ok())
+                .flat_map(|d| d.flatten().map(|e| e.file_name()))
+                .collect()
+        };
+
+        // Approved: the code runs, after the approval.
+        let approve = TimedApprover::new(Decision::Approve);
+        let r = m
+            .execute_via(
+                req(
+                    Language::Python,
+                    "import time\nresult = time.clock_gettime_ns(time.CLOCK_MONOTONIC)",
+                    None,
+                    "a",
+                ),
+                None,
+                via(&approve),
+            )
+            .await;
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        let ran_at = r.result.as_ref().and_then(|v| v.as_u64()).unwrap();
+        let decided_at = approve.decided_at_ns.load(Ordering::SeqCst);
+        assert!(
+            decided_at > 0 && ran_at > decided_at,
+            "the code ran at {ran_at}, before its approval at {decided_at}"
+        );
+        assert!(left_behind().is_empty(), "{:?}", left_behind());
+
+        // Denied by a person: nothing runs, and the sandbox started meanwhile is gone.
+        let deny = TimedApprover::new(Decision::Deny("not today".into()));
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let r = m
+            .execute_via(
+                req(Language::Bash, "echo RAN", None, "a"),
+                Some(tx),
+                via(&deny),
+            )
+            .await;
+        assert_eq!(r.status, Status::Blocked, "{r:?}");
+        assert_eq!(r.error.as_ref().unwrap().code, ErrorCode::PolicyDenied);
+        assert_eq!(deny.asked.load(Ordering::SeqCst), 1);
+        assert!(rx.recv().await.is_none(), "output from a refused request");
+        assert!(left_behind().is_empty(), "{:?}", left_behind());
+
+        // Refused by the analyzer: nobody is asked, nothing is left.
+        let never = TimedApprover::new(Decision::Approve);
+        let r = m
+            .execute_via(
+                req(Language::Python, "import os\nos.system('true')", None, "a"),
+                None,
+                via(&never),
+            )
+            .await;
+        assert_eq!(r.status, Status::Blocked, "{r:?}");
+        assert_eq!(never.asked.load(Ordering::SeqCst), 0);
+        assert!(left_behind().is_empty(), "{:?}", left_behind());
+
         m.shutdown().await;
         let _ = std::fs::remove_dir_all(&state);
     });

@@ -268,6 +268,7 @@ fn via(approver: &Arc<Counting>) -> Via {
         cancel: None,
         workspace: None,
         tools: None,
+        start_while_admitting: false,
     }
 }
 

@@ -97,6 +97,7 @@ pub(super) async fn execute(
         cancel: None,
         workspace: None,
         tools: Some(state.tool_calls.clone()),
+        start_while_admitting: false,
     };
     let result = state.manager.execute_via(req, None, via).await;
     state.metrics.record(&result);

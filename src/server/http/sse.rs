@@ -217,6 +217,7 @@ pub(super) fn execute_sse(
                 pending: state.tool_calls.clone(),
                 events: tx.clone(),
             })),
+            start_while_admitting: false,
         };
         let run = state.manager.execute_via(req, Some(otx), via);
         tokio::pin!(run);

@@ -329,6 +329,7 @@ impl SandpitMcp {
             cancel: Some(cancel.clone()),
             workspace: None,
             tools: Some(Arc::new(McpToolFrontend { peer })),
+            start_while_admitting: false,
         };
         let result = self.manager.execute_via(req, output, via).await;
         watcher.abort();
