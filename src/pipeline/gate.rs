@@ -13,6 +13,7 @@ use super::audit::{sha256_hex, AuditLog, AuditRecord};
 use super::redact::Redactor;
 use super::tools::ToolBroker;
 use crate::error::{Error, Result};
+use crate::pipeline::wrapper::final_expression::FinalExpression;
 pub use crate::policy::pipeline::AnalyzerSettings;
 use crate::policy::Policy;
 use crate::types::{ExecRequest, ExecResult};
@@ -41,6 +42,8 @@ pub struct Admission {
     pub approval: &'static str,
     /// The person chose "approve and trust this session".
     pub trust_session: bool,
+    /// Python: the analyzer's finding of the code's final expression, for the request header.
+    pub final_expression: Option<FinalExpression>,
 }
 
 /// The shared pipeline of one server (or one CLI run).
@@ -184,6 +187,7 @@ impl Pipeline {
                 .screen(req.language, &req.code, self.modes.mode_for(req.language));
         admission.findings = screening.findings;
         admission.warnings = screening.warnings;
+        admission.final_expression = screening.final_expression;
         if let Some(f) = screening.blocked {
             tracing::info!(session = ?req.session_id, rule = %f.rule, line = f.line, "blocked by the analyzer");
             return Err(Error::SecurityBlocked(f.block_message()));

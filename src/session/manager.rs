@@ -385,7 +385,10 @@ impl SessionManager {
                 None => self.start_session(self.one_shot_config(req, via)).await?,
             };
             let tools = scope_for(Default::default());
-            let r = s.run_request_cancellable(req, output, cancel, tools).await;
+            let hint = admission.final_expression.clone();
+            let r = s
+                .run_request_cancellable(req, output, cancel, tools, hint)
+                .await;
             crate::util::timing::mark("the cell");
             s.kill().await;
             crate::util::timing::mark("sandbox removal");
@@ -412,7 +415,9 @@ impl SessionManager {
             match guard.as_mut() {
                 Some(s) => {
                     let tools = scope_for(entry.trusted_commands.clone());
-                    s.run_request_cancellable(req, output, cancel, tools).await
+                    let hint = admission.final_expression.clone();
+                    s.run_request_cancellable(req, output, cancel, tools, hint)
+                        .await
                 }
                 None => Err(Error::sandbox("session vanished")),
             }

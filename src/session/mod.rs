@@ -10,6 +10,7 @@
 //! disk cap's watcher: `disk.rs`) is reported the same way.
 
 mod cell;
+use crate::pipeline::wrapper::final_expression::FinalExpression;
 use cell::{describe_end, Aftermath, Cell, CellEnd, Fresh, StreamState, Watched};
 mod disk;
 mod output_pipe;
@@ -104,6 +105,8 @@ pub struct ExecOptions {
     /// Answers the host tool calls the cell makes (`pipeline::tools`); without it every call
     /// is refused, saying why.
     pub tools: Option<Arc<ToolScope>>,
+    /// Python: the code's final expression when the analyzer's parse found it already.
+    pub final_expression: Option<FinalExpression>,
 }
 
 impl ExecOptions {
@@ -115,6 +118,7 @@ impl ExecOptions {
             output: None,
             cancel: None,
             tools: None,
+            final_expression: None,
         }
     }
 }
@@ -575,7 +579,8 @@ impl Session {
         req: &ExecRequest,
         output: Option<mpsc::UnboundedSender<OutputEvent>>,
     ) -> Result<ExecResult> {
-        self.run_request_cancellable(req, output, None, None).await
+        self.run_request_cancellable(req, output, None, None, None)
+            .await
     }
 
     /// [`Session::run_request`], interrupting the cell when `cancel` is notified (the client
@@ -586,6 +591,7 @@ impl Session {
         output: Option<mpsc::UnboundedSender<OutputEvent>>,
         cancel: Option<Arc<tokio::sync::Notify>>,
         tools: Option<Arc<ToolScope>>,
+        final_expression: Option<FinalExpression>,
     ) -> Result<ExecResult> {
         crate::pipeline::analyzer::validate_packages(req.language, &req.packages)?;
         let recycled = self.recycle_reason();
@@ -628,6 +634,7 @@ impl Session {
             output,
             cancel,
             tools,
+            final_expression,
         };
         let mut result = self.execute(&req.code, opts).await?;
         if let Some(reason) = recycled {
@@ -748,6 +755,7 @@ impl Session {
             opts.interactive,
             &opts.input,
             code,
+            opts.final_expression.as_ref(),
         );
         let Some(run) = self.running.as_mut() else {
             return Err(Error::sandbox("session not running"));

@@ -27,6 +27,7 @@ pub use crate::policy::pipeline::Mode;
 pub use packages::{installer_for, validate_package_name, validate_packages};
 pub use rules::{Examples, Rule};
 
+use crate::pipeline::wrapper::final_expression::FinalExpression;
 use crate::types::Language;
 use serde::{Deserialize, Serialize};
 
@@ -82,6 +83,9 @@ pub struct Screening {
     pub warnings: Vec<String>,
     /// Every finding (for the audit trail).
     pub findings: Vec<Finding>,
+    /// Python: where the code's final expression is, from the analyzer's parse, for the
+    /// request header (one parse per cell instead of two); `None` when nothing parsed it.
+    pub final_expression: Option<FinalExpression>,
 }
 
 /// An invalid rules file.
@@ -205,19 +209,29 @@ impl Analyzer {
 
     /// Every finding for `code`, in line order, one per rule and line.
     pub fn analyze(&self, language: Language, code: &str) -> Vec<Finding> {
+        self.analyze_cell(language, code).0
+    }
+
+    /// [`analyze`](Self::analyze), and for Python the final expression its parse found.
+    fn analyze_cell(
+        &self,
+        language: Language,
+        code: &str,
+    ) -> (Vec<Finding>, Option<FinalExpression>) {
         let rules = match self.language_rules(language) {
             Ok(rules) => rules,
             Err(why) => {
-                return vec![Finding {
+                let finding = Finding {
                     rule: "analyzer.rules-unavailable".into(),
                     action: Action::Block,
                     line: 1,
                     message: format!("the built-in {language} analyzer rules do not load: {why}"),
-                }]
+                };
+                return (vec![finding], None);
             }
         };
         if rules.is_empty() {
-            return Vec::new();
+            return (Vec::new(), None);
         }
         let mut ctx = syntax::Ctx::new(rules, code.len());
         match language {
@@ -234,8 +248,11 @@ impl Analyzer {
         if mode == Mode::Off {
             return Screening::default();
         }
-        let findings = self.analyze(language, code);
-        let mut screening = Screening::default();
+        let (findings, final_expression) = self.analyze_cell(language, code);
+        let mut screening = Screening {
+            final_expression,
+            ..Default::default()
+        };
         for finding in &findings {
             match (mode, finding.action) {
                 (Mode::Block, Action::Block) => {

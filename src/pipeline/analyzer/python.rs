@@ -32,6 +32,7 @@ use super::syntax::{
     self, append, hex_char, named_children, text, Ctx, Lines, Postorder, Relevance, MAX_NAME_HOPS,
     MAX_NESTING,
 };
+use crate::pipeline::wrapper::final_expression;
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 use tree_sitter::Node;
@@ -79,6 +80,10 @@ fn analyze_nested(ctx: &mut Ctx, code: &str, lines: Lines, inherited: &Inherited
     let Some(tree) = syntax::parse(&tree_sitter_python::LANGUAGE.into(), code) else {
         return;
     };
+    if nesting == 0 {
+        // The request header's hint, from this parse rather than one more.
+        ctx.final_expression = Some(final_expression::from_python_tree(&tree, code));
+    }
     let root = tree.root_node();
     let order = Postorder::new(root);
     let scope = Scope::build(&order, code, inherited, relevance(ctx));

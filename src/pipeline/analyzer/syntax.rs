@@ -5,6 +5,7 @@
 
 use super::rules::Rule;
 use super::Finding;
+use crate::pipeline::wrapper::final_expression::FinalExpression;
 use std::collections::{HashMap, HashSet};
 use tree_sitter::{Language, Node, Parser, Tree};
 
@@ -159,6 +160,8 @@ pub(crate) struct Ctx<'r> {
     seen: HashSet<(usize, usize)>,
     /// Bytes of string-embedded code that may still be re-parsed.
     budget: usize,
+    /// Where the submitted Python code's final expression is, from the analyzer's own parse.
+    pub(crate) final_expression: Option<FinalExpression>,
 }
 
 impl<'r> Ctx<'r> {
@@ -168,6 +171,7 @@ impl<'r> Ctx<'r> {
             findings: Vec::new(),
             seen: HashSet::new(),
             budget: code_len.saturating_mul(2).saturating_add(64 * 1024),
+            final_expression: None,
         }
     }
 
@@ -218,6 +222,7 @@ impl<'r> Ctx<'r> {
                 findings: Vec::new(),
                 seen: HashSet::new(),
                 budget: self.budget,
+                final_expression: None,
             };
             analyze(&mut sub, &source);
             self.budget = sub.budget;
@@ -239,10 +244,14 @@ impl<'r> Ctx<'r> {
     }
 
     /// The findings, in line order (rules in profile order within a line).
-    pub(crate) fn finish(self) -> Vec<Finding> {
+    /// The findings in line order, and the final expression if the parse gave it.
+    pub(crate) fn finish(self) -> (Vec<Finding>, Option<FinalExpression>) {
         let mut findings = self.findings;
         findings.sort_by_key(|(rule, f)| (f.line, *rule));
-        findings.into_iter().map(|(_, f)| f).collect()
+        (
+            findings.into_iter().map(|(_, f)| f).collect(),
+            self.final_expression,
+        )
     }
 }
 

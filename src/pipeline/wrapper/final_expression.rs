@@ -72,9 +72,14 @@ impl FinalExpression {
     }
 }
 
+/// Whether a hint is worked out for `code` at all (see the module's notes).
+fn hintable(code: &str) -> bool {
+    code.len() <= MAX_HINTED_BYTES && !code.contains('\r')
+}
+
 /// The final expression statement of Python `code`.
 pub fn python_final_expression(code: &str) -> FinalExpression {
-    if code.len() > MAX_HINTED_BYTES || code.contains('\r') {
+    if !hintable(code) {
         return FinalExpression::Unknown;
     }
     let mut parser = tree_sitter::Parser::new();
@@ -87,6 +92,15 @@ pub fn python_final_expression(code: &str) -> FinalExpression {
     let Some(tree) = parser.parse(code, None) else {
         return FinalExpression::Unknown;
     };
+    from_python_tree(&tree, code)
+}
+
+/// The same, from the tree tree-sitter-python made of exactly `code`: the analyzer's, so that
+/// a cell is parsed once rather than twice (`analyzer::Screening::final_expression`).
+pub fn from_python_tree(tree: &tree_sitter::Tree, code: &str) -> FinalExpression {
+    if !hintable(code) {
+        return FinalExpression::Unknown;
+    }
     let root = tree.root_node();
     if root.kind() != "module" || root.has_error() {
         return FinalExpression::Unknown;
@@ -163,6 +177,41 @@ mod tests {
         assert_eq!(python_final_expression("x\r\ny"), FinalExpression::Unknown);
         let big = "x = 1\n".repeat(MAX_HINTED_BYTES / 6 + 1);
         assert_eq!(python_final_expression(&big), FinalExpression::Unknown);
+    }
+
+    /// The analyzer's parse gives each cell the hint the cell's own parse would (code in a
+    /// string it parses again, `exec("...")`, leaves the hint of the cell itself alone), and
+    /// the request header carries it.
+    #[test]
+    fn the_analyzer_s_parse_gives_the_same_hint() {
+        use crate::pipeline::analyzer::{Analyzer, Mode};
+        let analyzer = Analyzer::builtin().expect("the builtin profile loads");
+        let extra = [
+            "exec('1 + 1')\nx = 2",
+            "exec('x = 1')\nx",
+            "import os\nos.system('true')\n3",
+            "x = (",
+        ];
+        for code in CORPUS.iter().chain(extra.iter()) {
+            let screened = analyzer.screen(crate::types::Language::Python, code, Mode::Warn);
+            let own = python_final_expression(code);
+            assert_eq!(screened.final_expression.as_ref(), Some(&own), "{code:?}");
+            let frame = super::super::encode_request(
+                crate::types::Language::Python,
+                1,
+                "ab",
+                false,
+                &Default::default(),
+                code,
+                screened.final_expression.as_ref(),
+            );
+            let header = String::from_utf8_lossy(&frame);
+            let header = header.lines().next().unwrap_or_default();
+            assert!(header.ends_with(&own.header_field()), "{header:?}");
+        }
+        // Off: nothing parsed, nothing to reuse.
+        let off = analyzer.screen(crate::types::Language::Python, "1", Mode::Off);
+        assert_eq!(off.final_expression, None);
     }
 
     #[test]

@@ -99,7 +99,8 @@ pub fn end_marker(nonce: &str) -> Vec<u8> {
 /// Python's header ends with one more field, `ID NONCE INTERACTIVE PRELUDE_LEN CODE_LEN LAST\n`:
 /// where the cell's final expression statement is, `START:END` in bytes of the code, `-` when
 /// it does not end in one, `?` when the host did not work it out
-/// ([`final_expression::python_final_expression`]).
+/// ([`final_expression::python_final_expression`], or `final_expression` when the caller has
+/// it already: the analyzer's parse of the same code).
 ///
 /// Bash reads a pipe one byte per system call except for a `read -N COUNT`, so its request
 /// has a fixed-width header the driver reads with two such reads: `IP NONCE ID LEN`, 67 ASCII
@@ -119,6 +120,7 @@ pub fn encode_request(
     interactive: bool,
     input: &BTreeMap<String, serde_json::Value>,
     code: &str,
+    final_expression: Option<&final_expression::FinalExpression>,
 ) -> Vec<u8> {
     if lang == Language::Bash {
         return encode_bash_request(id, nonce, interactive, input, code);
@@ -136,7 +138,11 @@ pub fn encode_request(
     );
     if lang == Language::Python {
         frame.push(' ');
-        frame.push_str(&final_expression::python_final_expression(code).header_field());
+        let field = match final_expression {
+            Some(known) => known.header_field(),
+            None => final_expression::python_final_expression(code).header_field(),
+        };
+        frame.push_str(&field);
     }
     frame.push('\n');
     let mut frame = frame.into_bytes();
@@ -416,10 +422,18 @@ mod tests {
     fn frame_lengths_are_bytes() {
         let mut input = BTreeMap::new();
         input.insert("n".to_string(), serde_json::json!(3));
-        let f = encode_request(Language::Python, 7, "ab", false, &input, "é=1");
+        let f = encode_request(Language::Python, 7, "ab", false, &input, "é=1", None);
         let s = String::from_utf8(f).unwrap();
         assert_eq!(s, "7 ab 0 7 4 -\n{\"n\":3}é=1");
-        let f = encode_request(Language::Python, 8, "ab", true, &BTreeMap::new(), "x=1\né");
+        let f = encode_request(
+            Language::Python,
+            8,
+            "ab",
+            true,
+            &BTreeMap::new(),
+            "x=1\né",
+            None,
+        );
         assert_eq!(f, "8 ab 1 0 6 4:6\nx=1\né".as_bytes());
     }
 
@@ -428,7 +442,7 @@ mod tests {
         let nonce = "0123456789abcdef0123456789abcdef";
         let none = BTreeMap::new();
         // Not ASCII: the code ends at a NUL.
-        let f = encode_request(Language::Bash, 1, nonce, false, &none, "echo é");
+        let f = encode_request(Language::Bash, 1, nonce, false, &none, "echo é", None);
         assert_eq!(
             &f[..BASH_HEADER_LEN],
             format!("00 {nonce} 1{} -{}", " ".repeat(19), " ".repeat(9)).as_bytes()
@@ -437,17 +451,17 @@ mod tests {
         // ASCII: its length in bytes, and no NUL.
         let mut input = BTreeMap::new();
         input.insert("A".to_string(), serde_json::json!("x\0y"));
-        let f = encode_request(Language::Bash, u64::MAX, nonce, true, &input, "a\0b");
+        let f = encode_request(Language::Bash, u64::MAX, nonce, true, &input, "a\0b", None);
         assert_eq!(
             &f[..BASH_HEADER_LEN],
             format!("11 {nonce} {} 2{}", u64::MAX, " ".repeat(9)).as_bytes()
         );
         assert_eq!(&f[BASH_HEADER_LEN..], b"export A='xy'\n\0ab");
         // Empty code: by delimiter (`read -N 0` would wait for a byte).
-        let f = encode_request(Language::Bash, 2, nonce, false, &none, "\0");
+        let f = encode_request(Language::Bash, 2, nonce, false, &none, "\0", None);
         assert_eq!(&f[BASH_HEADER_LEN - 10..], b"-         \0");
         // Only bash's fields are NUL-ended; the others keep their NULs (JSON escapes them).
-        let f = encode_request(Language::Javascript, 3, "ab", false, &none, "'\0'");
+        let f = encode_request(Language::Javascript, 3, "ab", false, &none, "'\0'", None);
         assert_eq!(f, b"3 ab 0 0 3\n'\0'");
     }
 
