@@ -35,8 +35,12 @@ impl Server {
     }
 
     fn start_with(backend: &str, env: &[(&str, &str)]) -> Server {
+        Self::start_args(&["mcp", "-b", backend], env)
+    }
+
+    fn start_args(args: &[&str], env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(bin())
-            .args(["mcp", "-b", backend])
+            .args(args)
             .envs(env.iter().copied())
             .env_remove("SANDPIT_HELPER")
             .stdin(Stdio::piped())
@@ -174,6 +178,30 @@ impl Server {
             if Instant::now() > deadline {
                 let _ = self.child.kill();
                 panic!("sandpit mcp did not exit within 15s of stdin closing");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Server {
+    /// Sends SIGTERM (what a client that quits sends its server) and waits for a clean exit.
+    fn terminate_and_wait(mut self) {
+        // SAFETY: kill(2) on the pid of a child this test spawned and has not reaped.
+        let sent = unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        assert_eq!(sent, 0, "SIGTERM to sandpit mcp");
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert!(
+                    status.success(),
+                    "sandpit mcp exited with {status} on SIGTERM"
+                );
+                return;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("sandpit mcp did not exit within 15s of SIGTERM");
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -477,6 +505,61 @@ fn mcp_session_over_stdio() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// SIGTERM, which MCP clients send the server when they quit (with stdin still open, or
+/// right after closing it), ends `sandpit mcp` as cleanly as stdin's end: exit 0, and neither a
+/// session's processes nor its directories, nor the warm pool's sandboxes, outlive it.
+#[test]
+fn mcp_exits_cleanly_on_sigterm() {
+    let b = backend();
+    let dir = common::tempfile_dir("mcp-sigterm");
+    let state = dir.join("state");
+    let config = dir.join("sandpit.toml");
+    std::fs::write(
+        &config,
+        format!("state_dir = {:?}\n", state.display().to_string()),
+    )
+    .unwrap();
+    let config = config.display().to_string();
+    let mut s = Server::start_args(&["--config", &config, "mcp", "-b", b], &[]);
+    s.initialize("2025-06-18");
+    let r = s.call(
+        "execute_code",
+        json!({"language": "python", "code": "x = 1", "session_id": "kept"}),
+    );
+    assert_eq!(r["isError"], false, "{r}");
+    let before = descendants(s.child.id());
+    assert!(
+        !before.is_empty(),
+        "session kept has no process under the server"
+    );
+    // The sandboxes' directories (the session's, the pool's), by backend.
+    let sandboxes = || -> Vec<std::ffi::OsString> {
+        ["sessions", "unsandboxed"]
+            .iter()
+            .filter_map(|d| std::fs::read_dir(state.join(d)).ok())
+            .flat_map(|d| d.flatten().map(|e| e.file_name()))
+            .collect()
+    };
+    assert!(
+        !sandboxes().is_empty(),
+        "no sandbox directory under {state:?}"
+    );
+    s.terminate_and_wait();
+    let alive: Vec<_> = before
+        .iter()
+        .filter(|(pid, start)| {
+            stat(*pid).is_some_and(|(_, st, state)| st == *start && state != 'Z')
+        })
+        .collect();
+    assert!(alive.is_empty(), "processes outlived the server: {alive:?}");
+    assert!(
+        sandboxes().is_empty(),
+        "sandboxes left behind: {:?}",
+        sandboxes()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `approval.mode = "ask"` over MCP: the server sends `elicitation/create` with the code; the

@@ -79,23 +79,6 @@ struct AppState {
     tool_calls: Arc<PendingToolCalls>,
 }
 
-async fn shutdown_signal() -> crate::Result<()> {
-    #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .map_err(|e| Error::io("installing the SIGTERM handler", e))?;
-        tokio::select! {
-            r = tokio::signal::ctrl_c() => r.map_err(|e| Error::io("waiting for SIGINT", e))?,
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    tokio::signal::ctrl_c()
-        .await
-        .map_err(|e| Error::io("waiting for Ctrl-C", e))?;
-    Ok(())
-}
-
 /// Runs `app` on `listener` until a signal, then shuts down gracefully (bounded wait).
 async fn run<L>(listener: L, app: Router) -> crate::Result<()>
 where
@@ -110,7 +93,7 @@ where
     tokio::pin!(server);
     tokio::select! {
         r = &mut server => r.map_err(|e| Error::io("serving HTTP", e)),
-        s = shutdown_signal() => {
+        s = super::shutdown_signal() => {
             s?;
             tracing::info!("shutting down the HTTP server");
             stop.notify_one();

@@ -99,14 +99,24 @@ pub async fn serve(manager: Arc<SessionManager>) -> crate::Result<()> {
         }
     };
     tracing::info!("MCP server ready on stdio");
-    match running.waiting().await {
-        Ok(reason) => {
-            tracing::info!(?reason, "MCP client disconnected");
+    // A client that quits closes stdin, and may send SIGTERM right after (or instead): either
+    // ends the service, and the caller then shuts the session manager down.
+    tokio::select! {
+        waited = running.waiting() => match waited {
+            Ok(reason) => {
+                tracing::info!(?reason, "MCP client disconnected");
+                Ok(())
+            }
+            Err(e) => Err(crate::Error::sandbox(format!(
+                "the MCP service task failed: {e}"
+            ))),
+        },
+        // Dropping the running service (with the `waiting` future) cancels it.
+        signal = super::shutdown_signal() => {
+            signal?;
+            tracing::info!("MCP server: SIGINT or SIGTERM, shutting down");
             Ok(())
         }
-        Err(e) => Err(crate::Error::sandbox(format!(
-            "the MCP service task failed: {e}"
-        ))),
     }
 }
 
