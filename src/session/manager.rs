@@ -96,8 +96,10 @@ pub struct Via {
     /// A one-shot request's sandbox starts while the analyzer and approval look at the code,
     /// which reaches the sandbox only once admitted: their time leaves the critical path (the
     /// interpreter's start runs on another core meanwhile). The price is a sandbox started
-    /// for nothing when a request is refused, so only a caller that sends one request per
-    /// process sets it (`sandpit run`); a server would multiply that price by its callers.
+    /// for nothing when a request is refused (and the refusal is reported once that start is
+    /// over, since a half-started sandbox is not dropped mid-way), so only a caller that sends
+    /// one request per process sets it (`sandpit run`); a server would multiply that price by
+    /// its callers.
     pub start_while_admitting: bool,
 }
 

@@ -511,6 +511,17 @@ macro_rules! matrix_case {
 }
 
 /// A fresh directory of this test's own under the system temp directory.
+/// The sandboxes' directories under a state directory, by backend (the native backend's
+/// `sessions/`, the unsandboxed backend's `unsandboxed/`): what a test expects gone once the
+/// sandboxes are.
+pub fn sandbox_dirs(state: &std::path::Path) -> Vec<std::ffi::OsString> {
+    ["sessions", "unsandboxed"]
+        .iter()
+        .filter_map(|d| std::fs::read_dir(state.join(d)).ok())
+        .flat_map(|d| d.flatten().map(|e| e.file_name()))
+        .collect()
+}
+
 pub fn tempfile_dir(tag: &str) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!(
         "sandpit-test-{tag}-{}-{}",

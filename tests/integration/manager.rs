@@ -403,13 +403,8 @@ fn the_warm_pool_hands_out_fresh_isolated_sandboxes() {
 
         m.shutdown().await;
         assert_eq!(m.pool_stats().unwrap().ready, 0);
-        if m.backend_name() == "linux" {
-            let sessions = state.join("sessions");
-            let left: Vec<_> = std::fs::read_dir(&sessions)
-                .map(|d| d.flatten().map(|e| e.file_name()).collect())
-                .unwrap_or_default();
-            assert!(left.is_empty(), "sandboxes left behind: {left:?}");
-        }
+        let left = common::sandbox_dirs(&state);
+        assert!(left.is_empty(), "sandboxes left behind: {left:?}");
         let _ = std::fs::remove_dir_all(&state);
     });
 }
@@ -446,17 +441,6 @@ fn the_warm_pool_hands_out_settled_javascript_sandboxes() {
     });
 }
 
-/// The monotonic clock, in ns: one clock for the host and every sandbox (no time namespace).
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec into the local it is given.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// A person who answers `decision` after `delay`, noting when (the monotonic clock).
 struct TimedApprover {
     decision: Decision,
@@ -482,7 +466,9 @@ impl Approver for TimedApprover {
         self.asked.fetch_add(1, Ordering::SeqCst);
         Box::pin(async move {
             tokio::time::sleep(self.delay).await;
-            self.decided_at_ns.store(monotonic_ns(), Ordering::SeqCst);
+            // One clock for the host and every sandbox (no time namespace).
+            self.decided_at_ns
+                .store(sandpit::util::timing::now_ns(), Ordering::SeqCst);
             self.decision.clone()
         })
     }
@@ -505,13 +491,7 @@ fn a_one_shot_sandbox_started_while_admitting_runs_the_code_only_once_admitted()
             start_while_admitting: true,
             ..Via::library()
         };
-        let left_behind = || -> Vec<std::ffi::OsString> {
-            ["sessions", "unsandboxed"]
-                .iter()
-                .filter_map(|d| std::fs::read_dir(state.join(d)).ok())
-                .flat_map(|d| d.flatten().map(|e| e.file_name()))
-                .collect()
-        };
+        let left_behind = || common::sandbox_dirs(&state);
 
         // Approved: the code runs, after the approval.
         let approve = TimedApprover::new(Decision::Approve);

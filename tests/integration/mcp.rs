@@ -534,14 +534,8 @@ fn mcp_exits_cleanly_on_sigterm() {
         !before.is_empty(),
         "session kept has no process under the server"
     );
-    // The sandboxes' directories (the session's, the pool's), by backend.
-    let sandboxes = || -> Vec<std::ffi::OsString> {
-        ["sessions", "unsandboxed"]
-            .iter()
-            .filter_map(|d| std::fs::read_dir(state.join(d)).ok())
-            .flat_map(|d| d.flatten().map(|e| e.file_name()))
-            .collect()
-    };
+    // The sandboxes' directories (the session's, the pool's).
+    let sandboxes = || common::sandbox_dirs(&state);
     assert!(
         !sandboxes().is_empty(),
         "no sandbox directory under {state:?}"
